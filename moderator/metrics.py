@@ -1,0 +1,121 @@
+"""Prometheus metrics and the tiny HTTP endpoint serving /metrics, /healthz and /readyz."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "moderator"
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03,
+                     0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5)  # fmt: skip
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+class Metrics:
+    """Every metric of one moderator, on its own registry (so tests can run several)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        ns = NAMESPACE
+        self.consumed = Counter("messages_consumed", "Inbound records fetched", namespace=ns,
+                                registry=r)  # fmt: skip
+        self.decisions = Counter("decisions", "Decisions published, by action", ["action"],
+                                 namespace=ns, registry=r)  # fmt: skip
+        self.dead_letters = Counter("dead_letters", "Records sent to the dead-letter topic",
+                                    ["reason"], namespace=ns, registry=r)  # fmt: skip
+        self.cache_requests = Counter("cache_requests", "Verdict cache lookups",
+                                      ["level", "result"], namespace=ns, registry=r)  # fmt: skip
+        self.cache_writes_dropped = Counter("cache_writes_dropped",
+                                            "Verdicts not written to Redis (down or backlog)",
+                                            namespace=ns, registry=r)  # fmt: skip
+        self.redis_errors = Counter("redis_errors", "Failed or timed-out Redis calls",
+                                    namespace=ns, registry=r)  # fmt: skip
+        self.redis_up = Gauge("redis_up", "1 while the Redis circuit breaker is closed",
+                              namespace=ns, registry=r)  # fmt: skip
+        self.stage_seconds = Histogram("stage_seconds", "Time per message in each stage",
+                                       ["stage"], buckets=LATENCY_BUCKETS_S, namespace=ns,
+                                       registry=r)  # fmt: skip
+        self.batch_size = Histogram("batch_size", "Messages per model batch",
+                                    buckets=BATCH_BUCKETS, namespace=ns, registry=r)  # fmt: skip
+        self.over_budget = Counter("over_budget", "Decisions later than the latency budget",
+                                   namespace=ns, registry=r)  # fmt: skip
+        self.in_flight = Gauge("in_flight", "Messages fetched and not yet acknowledged",
+                               namespace=ns, registry=r)  # fmt: skip
+        self.consumer_lag = Gauge("consumer_lag", "Records behind the partition's high-water mark",
+                                  ["topic", "partition"], namespace=ns, registry=r)  # fmt: skip
+        self.publish_retries = Counter("publish_retries", "Decision or dead-letter re-sends",
+                                       namespace=ns, registry=r)  # fmt: skip
+        self.commits = Counter("commits", "Offset commits", ["result"], namespace=ns,
+                               registry=r)  # fmt: skip
+        self.model = Info("model", "The model being served", namespace=ns, registry=r)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._reply(200, generate_latest(self.server.metrics.registry), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            self._reply(200, b"ok\n")
+        elif path == "/readyz":
+            ready = self.server.ready.is_set()
+            self._reply(200 if ready else 503, b"ready\n" if ready else b"not ready\n")
+        else:
+            self._reply(404, b"not found\n")
+
+    def _reply(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics endpoint: " + format, *args)  # noqa: G003
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """Serves the metrics on its own thread so a busy event loop cannot starve a scrape."""
+
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, metrics: Metrics) -> None:
+        super().__init__((host, port), _Handler)
+        self.metrics = metrics
+        self.ready = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self.serve_forever, name="metrics-http", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self.shutdown()
+            thread.join()
+        self.server_close()

@@ -1,0 +1,181 @@
+"""One fetched batch of records → one outcome per record (a decision or a dead letter).
+
+Parse and validate, normalise and tokenize, look verdicts up in the cache, score the misses
+(identical texts in one batch are scored once), apply the policy, encode the decision. No Kafka
+here: the service feeds records in and publishes the outcomes in the same order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+from moderator.batcher import BatchScorer, Scored
+from moderator.cache import VerdictCache, cache_key
+from moderator.classifier import Classifier, Scores
+from moderator.errors import InvalidRecord
+from moderator.metrics import Metrics
+from moderator.policy import Policy
+from moderator.records import ChatMessage, Timing, dlq_headers, encode_decision, parse_message
+
+EMPTY_TEXT_REASON = "empty_text"
+
+
+class InboundRecord(Protocol):
+    """The fields of an aiokafka `ConsumerRecord` the pipeline reads."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class Outcome(NamedTuple):
+    """What to publish for one inbound record."""
+
+    dead_letter: bool
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    label: str  # the action, or the dead-letter reason code, for metrics
+
+
+class Pipeline:
+    """Turns inbound records into outcomes; shares the classifier, cache and scorer."""
+
+    def __init__(
+        self,
+        classifier: Classifier,
+        policy: Policy,
+        scorer: BatchScorer,
+        cache: VerdictCache,
+        metrics: Metrics,
+        *,
+        max_record_bytes: int,
+        budget_ms: float,
+    ) -> None:
+        self.classifier = classifier
+        self.policy = policy
+        self.scorer = scorer
+        self.cache = cache
+        self.metrics = metrics
+        self.max_record_bytes = max_record_bytes
+        self.budget_ms = budget_ms
+        self.model_ident = classifier.info.ident
+
+    async def process(self, records: Sequence[InboundRecord]) -> list[Outcome]:
+        """Outcomes for `records`, in the same order."""
+        fetched = time.perf_counter()
+        outcomes: list[Outcome | None] = [None] * len(records)
+        valid: list[tuple[int, ChatMessage]] = []
+        for i, record in enumerate(records):
+            try:
+                msg = parse_message(
+                    record.value, timestamp_ms=record.timestamp, max_bytes=self.max_record_bytes
+                )
+            except InvalidRecord as err:
+                outcomes[i] = self._dead_letter(record, err)
+                continue
+            valid.append((i, msg))
+
+        encoded = self.classifier.encode([msg.text for _, msg in valid])
+        to_score: list[tuple[int, ChatMessage, bytes]] = []
+        keys = []
+        for (i, msg), ids in zip(valid, encoded, strict=True):
+            if not self.classifier.has_content(ids):  # empty after normalisation: allow
+                outcomes[i] = self._decide(
+                    records[i].key, msg, None, fetched, cached=False, score_s=0.0
+                )
+                continue
+            key = cache_key(self.model_ident, ids)
+            to_score.append((i, msg, key))
+            keys.append((key, ids))
+
+        hits = await self.cache.get_many([key for key, _ in keys])
+        misses: dict[bytes, asyncio.Future[Scored]] = {}
+        for (key, ids), (scores, _level) in zip(keys, hits, strict=True):
+            if scores is None and key not in misses:
+                misses[key] = self.scorer.score(ids)
+        if misses:
+            await asyncio.gather(*misses.values())
+            fresh = {key: fut.result() for key, fut in misses.items()}
+            self.cache.put_many([(key, s.scores) for key, s in fresh.items()])
+        for (i, msg, key), (scores, _level) in zip(to_score, hits, strict=True):
+            if scores is not None:
+                outcomes[i] = self._decide(
+                    records[i].key, msg, scores, fetched, cached=True, score_s=0.0
+                )
+            else:
+                s = fresh[key]
+                self.metrics.stage_seconds.labels("queue").observe(s.queued_s)
+                self.metrics.stage_seconds.labels("score").observe(s.score_s)
+                outcomes[i] = self._decide(
+                    records[i].key,
+                    msg,
+                    s.scores,
+                    fetched,
+                    cached=False,
+                    score_s=s.score_s,
+                    queued_s=s.queued_s,
+                )
+        return [o for o in outcomes if o is not None]
+
+    def _decide(
+        self,
+        key: bytes | None,
+        msg: ChatMessage,
+        scores: Scores | None,
+        fetched: float,
+        *,
+        cached: bool,
+        score_s: float,
+        queued_s: float | None = None,
+    ) -> Outcome:
+        named = self.classifier.as_dict(scores) if scores is not None else {}
+        action, reason = (
+            self.policy.decide(named) if scores is not None else ("allow", EMPTY_TEXT_REASON)
+        )
+        total_s = time.perf_counter() - fetched
+        if queued_s is None:
+            queued_s = total_s - score_s
+        decided_at_ms = int(time.time() * 1000)
+        over_budget = decided_at_ms - msg.sent_at_ms > self.budget_ms
+        value = encode_decision(
+            msg,
+            action=action,
+            reason=reason,
+            scores=named,
+            model=self.model_ident,
+            policy=self.policy.ident,
+            cached=cached,
+            degraded=False,
+            timing=Timing(queued_s * 1000, score_s * 1000, total_s * 1000),
+            decided_at_ms=decided_at_ms,
+            over_budget=over_budget,
+        )
+        if over_budget:
+            self.metrics.over_budget.inc()
+        self.metrics.stage_seconds.labels("total").observe(total_s)
+        if key is None:  # keep one channel's decisions together even for unkeyed input
+            key = msg.channel_id.encode()
+        return Outcome(False, key, value, [], action)
+
+    def _dead_letter(self, record: InboundRecord, err: InvalidRecord) -> Outcome:
+        headers = dlq_headers(
+            err,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp,
+        )
+        return Outcome(True, record.key, record.value, headers, err.code)

@@ -1,0 +1,145 @@
+"""Inbound, outbound and dead-letter record formats (DESIGN.md, "Topics and records")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import orjson
+
+from moderator.errors import InvalidRecord
+
+REQUIRED_IDS = ("message_id", "channel_id", "user_id")
+
+# Dead-letter headers: the record's key and value stay untouched, the error travels in headers.
+DLQ_ERROR_CODE = "moderator.error.code"
+DLQ_ERROR_MESSAGE = "moderator.error.message"
+DLQ_SOURCE_TOPIC = "moderator.source.topic"
+DLQ_SOURCE_PARTITION = "moderator.source.partition"
+DLQ_SOURCE_OFFSET = "moderator.source.offset"
+DLQ_SOURCE_TIMESTAMP = "moderator.source.timestamp_ms"
+
+
+class ChatMessage(NamedTuple):
+    """A validated inbound chat message."""
+
+    message_id: str
+    channel_id: str
+    user_id: str
+    text: str
+    sent_at_ms: int
+
+
+def parse_message(value: bytes | None, *, timestamp_ms: int, max_bytes: int) -> ChatMessage:
+    """Validate one inbound record value, or raise `InvalidRecord` with a reason code.
+
+    `timestamp_ms` (the record's broker timestamp) stands in for a missing `sent_at_ms`.
+    Unknown fields are allowed and ignored.
+    """
+    if value is None:
+        raise InvalidRecord("empty_value", "the record has no value (a tombstone?)")
+    if len(value) > max_bytes:
+        raise InvalidRecord(
+            "too_large", f"the record is {len(value)} bytes, over the {max_bytes}-byte limit"
+        )
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(
+            "not_utf8", f"the value is not UTF-8: {exc.reason} at byte {exc.start}"
+        ) from None
+    try:
+        data = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRecord("invalid_json", f"the value is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRecord("not_object", f"the value is JSON {type(data).__name__}, not an object")
+    ids = []
+    for name in REQUIRED_IDS:
+        ids.append(_required(data, name))
+        if not ids[-1]:
+            raise InvalidRecord("empty_field", f"'{name}' must not be empty")
+    text = _required(data, "text")
+    sent_at_ms = data.get("sent_at_ms")
+    if sent_at_ms is None:
+        sent_at_ms = timestamp_ms
+    elif type(sent_at_ms) is not int:
+        raise InvalidRecord(
+            "wrong_type", f"'sent_at_ms' must be an integer, got {_json_type(sent_at_ms)}"
+        )
+    return ChatMessage(ids[0], ids[1], ids[2], text, sent_at_ms)
+
+
+def _required(data: Mapping[str, Any], name: str) -> str:
+    if name not in data:
+        raise InvalidRecord("missing_field", f"the required field '{name}' is missing")
+    value = data[name]
+    if not isinstance(value, str):
+        raise InvalidRecord("wrong_type", f"'{name}' must be a string, got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: object) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+             dict: "object", type(None): "null"}  # fmt: skip
+    return names.get(type(value), type(value).__name__)
+
+
+class Timing(NamedTuple):
+    """Milliseconds a message spent waiting, being scored, and in the moderator overall."""
+
+    queue_ms: float
+    score_ms: float
+    total_ms: float
+
+
+def encode_decision(
+    msg: ChatMessage,
+    *,
+    action: str,
+    reason: str | None,
+    scores: Mapping[str, float],
+    model: str,
+    policy: str,
+    cached: bool,
+    degraded: bool,
+    timing: Timing,
+    decided_at_ms: int,
+    over_budget: bool,
+) -> bytes:
+    """The outbound decision record (DESIGN.md schema plus `over_budget`)."""
+    return orjson.dumps(
+        {
+            "message_id": msg.message_id,
+            "channel_id": msg.channel_id,
+            "user_id": msg.user_id,
+            "action": action,
+            "reason": reason,
+            "scores": {label: round(score, 4) for label, score in scores.items()},
+            "model": model,
+            "policy": policy,
+            "cached": cached,
+            "degraded": degraded,
+            "latency_ms": {
+                "queue": round(timing.queue_ms, 3),
+                "score": round(timing.score_ms, 3),
+                "total": round(timing.total_ms, 3),
+            },
+            "over_budget": over_budget,
+            "decided_at_ms": decided_at_ms,
+        }
+    )
+
+
+def dlq_headers(
+    error: InvalidRecord, *, topic: str, partition: int, offset: int, timestamp_ms: int
+) -> list[tuple[str, bytes]]:
+    """Headers that say why a record was dead-lettered and where it came from."""
+    return [
+        (DLQ_ERROR_CODE, error.code.encode()),
+        (DLQ_ERROR_MESSAGE, error.message.encode()),
+        (DLQ_SOURCE_TOPIC, topic.encode()),
+        (DLQ_SOURCE_PARTITION, str(partition).encode()),
+        (DLQ_SOURCE_OFFSET, str(offset).encode()),
+        (DLQ_SOURCE_TIMESTAMP, str(timestamp_ms).encode()),
+    ]

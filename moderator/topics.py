@@ -1,0 +1,31 @@
+"""Creating the three topics (for `moderator dev`, tests and `run --create-topics`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+log = logging.getLogger(__name__)
+
+
+async def ensure_topics(bootstrap: str, partitions: Mapping[str, int]) -> None:
+    """Create each topic with its partition count unless it already exists."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="moderator-admin")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [
+            NewTopic(name, num_partitions=n, replication_factor=1)
+            for name, n in partitions.items()
+            if name not in existing
+        ]
+        if wanted:
+            with contextlib.suppress(TopicAlreadyExistsError):  # another process was first
+                await admin.create_topics(wanted)
+            log.info("created topics %s", ", ".join(t.name for t in wanted))
+    finally:
+        await admin.close()

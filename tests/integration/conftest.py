@@ -1,0 +1,81 @@
+"""Integration fixtures: the real embedded broker and Redis (once per session), the real model."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from moderator.classifier import Classifier
+from moderator.config import Settings
+from moderator.embedded import EmbeddedKafka, EmbeddedRedis
+from moderator.service import Moderator
+from moderator.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[EmbeddedKafka]:
+    with EmbeddedKafka() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_redis() -> Iterator[EmbeddedRedis]:
+    """A Redis of the test's own, for tests that stop it."""
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """The real default model (or MODERATOR_MODEL_DIR). Missing is a failure, not a skip."""
+    path = Settings.from_env().model_dir
+    assert (path / "manifest.json").is_file(), f"{path}: no model; run `make model` first"
+    return path
+
+
+@pytest.fixture(scope="session")
+def classifier(model_dir: Path) -> Classifier:
+    return Classifier(model_dir, threads=Settings().effective_threads)
+
+
+@pytest.fixture
+async def settings(kafka: EmbeddedKafka, redis_server: EmbeddedRedis, model_dir: Path) -> Settings:
+    """Settings on fresh topics and a fresh consumer group."""
+    run = uuid.uuid4().hex[:8]
+    settings = Settings(
+        kafka_bootstrap=kafka.bootstrap,
+        redis_url=redis_server.url,
+        model_dir=model_dir,
+        in_topic=f"chat.messages.{run}",
+        out_topic=f"chat.decisions.{run}",
+        dlq_topic=f"chat.messages.dlq.{run}",
+        group_id=f"moderator-{run}",
+        metrics_port=0,
+        commit_interval_s=0.2,
+        shutdown_timeout_s=10.0,
+    )
+    await ensure_topics(
+        kafka.bootstrap,
+        {settings.in_topic: PARTITIONS, settings.out_topic: PARTITIONS, settings.dlq_topic: 1},
+    )
+    return settings
+
+
+@pytest.fixture
+async def moderator(settings: Settings, classifier: Classifier) -> AsyncIterator[Moderator]:
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        yield service

@@ -1,0 +1,70 @@
+"""Producing to and reading from the real broker in tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import ConsumerRecord
+
+
+def chat(i: int, text: str, *, channels: int = 5, **extra: Any) -> tuple[bytes, bytes]:
+    """(key, value) of a valid inbound chat message."""
+    channel = f"c-{i % channels}"
+    value = {"message_id": f"m-{i}", "channel_id": channel, "user_id": f"u-{i % 7}",
+             "text": text, "sent_at_ms": int(time.time() * 1000), **extra}  # fmt: skip
+    return channel.encode(), orjson.dumps(value)
+
+
+async def produce(
+    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]]
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=v, key=k) for k, v in records]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    until: Callable[[list[ConsumerRecord[bytes, bytes]]], bool],
+    timeout_s: float = 60.0,
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Read `topic` from the beginning until `until(records)` holds (or the timeout passes)."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+        group_id=None, fetch_max_wait_ms=50,
+    )  # fmt: skip
+    await consumer.start()
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not until(records) and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            for part in batch.values():
+                records.extend(part)
+    finally:
+        await consumer.stop()
+    return records
+
+
+def decisions_by_id(records: Iterable[ConsumerRecord[bytes, bytes]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for record in records:
+        decision = orjson.loads(record.value)
+        out.setdefault(decision["message_id"], decision)
+    return out
+
+
+def distinct_ids(n: int) -> Callable[[list[ConsumerRecord[bytes, bytes]]], bool]:
+    """Stop condition: `n` distinct message ids seen."""
+    return lambda records: len(decisions_by_id(records)) >= n

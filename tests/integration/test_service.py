@@ -1,0 +1,256 @@
+"""The moderator end to end against the real broker, the real Redis and the real model."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from typing import Any
+
+import orjson
+import pytest
+
+from moderator.classifier import Classifier
+from moderator.config import Settings
+from moderator.embedded import EmbeddedRedis
+from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET
+from moderator.service import Moderator
+from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
+
+pytestmark = pytest.mark.integration
+
+TEXTS = [
+    "gg wp everyone",
+    "that clutch was insane",
+    "lol who let him cook",
+    "you are a worthless idiot",
+    "can someone explain the rules of this mode?",
+    "i'm going to find where you live and hurt you",
+    "",
+    "nice one!! 🔥🔥",
+]
+
+
+def assert_decision_schema(d: dict[str, Any], labels: tuple[str, ...]) -> None:
+    """DESIGN.md's outbound schema, field by field."""
+    assert set(d) == {
+        "message_id", "channel_id", "user_id", "action", "reason", "scores", "model", "policy",
+        "cached", "degraded", "latency_ms", "over_budget", "decided_at_ms",
+    }  # fmt: skip
+    for name in ("message_id", "channel_id", "user_id", "model", "policy"):
+        assert isinstance(d[name], str)
+        assert d[name]
+    assert d["action"] in ("allow", "nudge", "block")
+    assert d["reason"] is None or isinstance(d["reason"], str)
+    assert isinstance(d["scores"], dict)
+    assert set(d["scores"]) <= set(labels)
+    assert all(0.0 <= v <= 1.0 for v in d["scores"].values())
+    assert isinstance(d["cached"], bool)
+    assert isinstance(d["degraded"], bool)
+    assert isinstance(d["over_budget"], bool)
+    assert set(d["latency_ms"]) == {"queue", "score", "total"}
+    assert all(v >= 0 for v in d["latency_ms"].values())
+    assert isinstance(d["decided_at_ms"], int)
+
+
+def metric(port: int, line_prefix: str) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith(line_prefix):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_n_messages_in_n_valid_decisions_out(
+    settings: Settings, moderator: Moderator, classifier: Classifier
+) -> None:
+    n = 300
+    inputs = [chat(i, TEXTS[i % len(TEXTS)] + f" #{i // len(TEXTS)}") for i in range(n)]
+    await produce(settings.kafka_bootstrap, settings.in_topic, inputs)
+    records = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(n))
+
+    decisions = decisions_by_id(records)
+    assert set(decisions) == {f"m-{i}" for i in range(n)}
+    for record in records:
+        decision = orjson.loads(record.value)
+        assert_decision_schema(decision, classifier.labels)
+        assert record.key == decision["channel_id"].encode()
+    assert decisions["m-0"]["model"] == classifier.info.ident
+    assert decisions["m-0"]["policy"] == "default@1"
+
+    # Decisions of one partition leave in input order.
+    by_partition: dict[int, list[int]] = {}
+    for record in records:
+        number = int(orjson.loads(record.value)["message_id"][2:])
+        by_partition.setdefault(record.partition, []).append(number)
+    for numbers in by_partition.values():
+        per_channel: dict[int, list[int]] = {}
+        for number in numbers:
+            per_channel.setdefault(number % 5, []).append(number)
+        for seq in per_channel.values():
+            assert seq == sorted(seq)
+
+    port = moderator.metrics_port
+    assert port is not None
+    await asyncio.sleep(0.3)  # acks are counted in a done-callback
+    assert metric(port, "moderator_decisions_total") == n
+    assert metric(port, "moderator_messages_consumed_total") == n
+    ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
+    assert ready.status == 200
+
+
+async def test_empty_text_is_allowed_without_scoring(
+    settings: Settings, moderator: Moderator
+) -> None:
+    await produce(settings.kafka_bootstrap, settings.in_topic, [chat(1, "   \u200b  ")])
+    records = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(1))
+    decision = decisions_by_id(records)["m-1"]
+    assert decision["action"] == "allow"
+    assert decision["reason"] == "empty_text"
+    assert decision["scores"] == {}
+
+
+MALFORMED: list[tuple[bytes, str]] = [
+    (b"{not json", "invalid_json"),
+    (b"\xff\xfe\x00garbage", "not_utf8"),
+    (b"[1, 2, 3]", "not_object"),
+    (orjson.dumps({"channel_id": "c", "user_id": "u", "text": "hi"}), "missing_field"),
+    (
+        orjson.dumps({"message_id": 7, "channel_id": "c", "user_id": "u", "text": "hi"}),
+        "wrong_type",
+    ),  # fmt: skip
+    (
+        orjson.dumps({"message_id": "m", "channel_id": "c", "user_id": "u", "text": None}),
+        "wrong_type",
+    ),  # fmt: skip
+    (
+        orjson.dumps({"message_id": "", "channel_id": "c", "user_id": "u", "text": "x"}),
+        "empty_field",
+    ),  # fmt: skip
+    (
+        orjson.dumps({"message_id": "m", "channel_id": "c", "user_id": "u", "text": "x" * 70_000}),
+        "too_large",
+    ),  # fmt: skip
+    (
+        b'{"message_id": "m", "channel_id": "c", "user_id": "u", "text": "\\ud800"}',
+        "invalid_json",
+    ),  # fmt: skip
+]
+
+
+async def test_malformed_records_are_dead_lettered_and_the_stream_goes_on(
+    settings: Settings, moderator: Moderator
+) -> None:
+    records: list[tuple[bytes | None, bytes]] = []
+    expected: dict[bytes, str] = {}
+    valid = 0
+    for i, (value, code) in enumerate(MALFORMED):
+        records.append((b"bad-%d" % i, value))
+        expected[value] = code
+        records.append(chat(1000 + i, f"hello there number {i}"))
+        valid += 1
+    await produce(settings.kafka_bootstrap, settings.in_topic, records)
+
+    dead = await consume(
+        settings.kafka_bootstrap, settings.dlq_topic, until=lambda r: len(r) >= len(MALFORMED)
+    )
+    assert len(dead) == len(MALFORMED)
+    for record in dead:
+        headers = dict(record.headers)
+        assert record.value in expected, "the dead letter's value is the untouched input"
+        assert headers[DLQ_ERROR_CODE].decode() == expected[record.value]
+        assert headers[DLQ_ERROR_MESSAGE]
+        assert int(headers[DLQ_SOURCE_OFFSET]) >= 0
+        assert record.key is not None
+        assert record.key.startswith(b"bad-")
+
+    decided = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(valid))
+    assert set(decisions_by_id(decided)) == {f"m-{1000 + i}" for i in range(valid)}
+
+    port = moderator.metrics_port
+    assert port is not None
+    await asyncio.sleep(0.3)
+    assert metric(port, "moderator_dead_letters_total") == len(MALFORMED)
+    assert metric(port, 'moderator_dead_letters_total{reason="invalid_json"}') == 2
+
+
+async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
+    settings: Settings, moderator: Moderator, classifier: Classifier
+) -> None:
+    await produce(settings.kafka_bootstrap, settings.in_topic, [chat(1, "you absolute clown!!")])
+    first = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(1))
+    # The same text after normalisation: case, spacing, a zero-width space, repeated "!".
+    await produce(
+        settings.kafka_bootstrap, settings.in_topic, [chat(2, "  YOU absolute\u200b clown!!!!!!! ")]
+    )
+    both = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(2))
+    decisions = decisions_by_id(both)
+    assert decisions_by_id(first)["m-1"]["cached"] is False
+    assert decisions["m-2"]["cached"] is True
+    assert decisions["m-2"]["scores"] == decisions["m-1"]["scores"]
+    assert decisions["m-2"]["action"] == decisions["m-1"]["action"]
+
+    # A new process has an empty L1: the verdict now comes from Redis.
+    await asyncio.sleep(0.3)  # the Redis write is in the background
+    fresh = settings.replace(group_id=settings.group_id + "-2")
+    async with Moderator(fresh, classifier=classifier) as second:
+        await second.wait_ready(30)
+        assert await second.cache.wait_redis(5)
+        await produce(settings.kafka_bootstrap, settings.in_topic, [chat(3, "you ABSOLUTE clown!!!")])
+        again = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(3))
+        port = second.metrics_port
+        assert port is not None
+        await asyncio.sleep(0.3)
+        assert metric(port, 'moderator_cache_requests_total{level="redis",result="hit"}') >= 1
+    assert decisions_by_id(again)["m-3"]["cached"] is True
+    assert decisions_by_id(again)["m-3"]["scores"] == decisions["m-1"]["scores"]
+
+
+async def test_redis_stopped_mid_stream_does_not_stop_decisions(
+    settings: Settings, fresh_redis: EmbeddedRedis, classifier: Classifier
+) -> None:
+    settings = settings.replace(redis_url=fresh_redis.url)
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        assert await service.cache.wait_redis(5)
+        await produce(
+            settings.kafka_bootstrap,
+            settings.in_topic,
+            [chat(i, f"first wave {i}") for i in range(50)],
+        )
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(50))
+        fresh_redis.stop()
+        await produce(
+            settings.kafka_bootstrap,
+            settings.in_topic,
+            [chat(i, f"second wave {i}") for i in range(50, 150)],
+        )
+        records = await consume(
+            settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(150)
+        )
+        assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(150)}
+        assert not service.cache.redis_available
+        port = service.metrics_port
+        assert port is not None
+        assert metric(port, "moderator_redis_up") == 0
+        assert metric(port, "moderator_redis_errors_total") >= 1
+
+
+async def test_a_consumer_stopped_mid_stream_and_restarted_loses_nothing(
+    settings: Settings, classifier: Classifier
+) -> None:
+    n = 600
+    first = Moderator(settings, classifier=classifier)
+    await first.start()
+    await first.wait_ready(30)
+    producing = asyncio.create_task(
+        produce(settings.kafka_bootstrap, settings.in_topic, [chat(i, f"line {i} of the stream")
+                                                             for i in range(n)])
+    )  # fmt: skip
+    await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(50))
+    await first.stop()  # mid-stream: some decided, some in flight, some not fetched yet
+    await producing
+    async with Moderator(settings, classifier=classifier) as second:
+        await second.wait_ready(30)
+        records = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(n))
+    assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
