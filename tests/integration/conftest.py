@@ -38,19 +38,6 @@ def fresh_redis() -> Iterator[EmbeddedRedis]:
         yield server
 
 
-@pytest.fixture(scope="session")
-def model_dir() -> Path:
-    """The real default model (or MODERATOR_MODEL_DIR). Missing is a failure, not a skip."""
-    path = Settings.from_env().model_dir
-    assert (path / "manifest.json").is_file(), f"{path}: no model; run `make model` first"
-    return path
-
-
-@pytest.fixture(scope="session")
-def classifier(model_dir: Path) -> Classifier:
-    return Classifier(model_dir, threads=Settings().effective_threads)
-
-
 @pytest.fixture
 async def settings(kafka: EmbeddedKafka, redis_server: EmbeddedRedis, model_dir: Path) -> Settings:
     """Settings on fresh topics and a fresh consumer group."""

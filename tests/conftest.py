@@ -1,0 +1,23 @@
+"""Fixtures shared by unit and integration tests: the real default model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moderator.classifier import Classifier
+from moderator.config import Settings
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """The real default model (or MODERATOR_MODEL_DIR). Missing is a failure, not a skip."""
+    path = Settings.from_env().model_dir
+    assert (path / "manifest.json").is_file(), f"{path}: no model; run `make model` first"
+    return path
+
+
+@pytest.fixture(scope="session")
+def classifier(model_dir: Path) -> Classifier:
+    return Classifier(model_dir, threads=Settings().effective_threads)

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from moderator.batcher import BatchScorer
+from moderator.cache import LruCache, cache_key
+from moderator.classifier import Classifier
+from moderator.cli import score_lines
+from moderator.errors import ModelError
+from moderator.metrics import Metrics
+from moderator.policy import Policy
+
+
+def test_the_default_model_meets_the_contract(classifier: Classifier) -> None:
+    info = classifier.info
+    assert {"toxicity", "insult", "threat", "identity_attack"} <= set(info.labels)
+    scores = classifier.score_texts(["gg", "you are a clown and everyone hates you"])
+    assert scores.shape == (2, len(info.labels))
+    assert scores.dtype == np.float32
+    assert ((scores >= 0) & (scores <= 1)).all()
+
+
+def test_a_lone_message_is_not_padded_and_long_text_is_truncated(classifier: Classifier) -> None:
+    short, long = classifier.encode(["hello world", "word " * 1000])
+    assert len(short) == 4  # [CLS] hello world [SEP]
+    assert len(long) == classifier.info.max_length
+
+
+def test_a_batch_pads_only_to_its_longest_and_scores_match_alone(classifier: Classifier) -> None:
+    texts = ["ok", "that was a really long and winding sentence about the match", "lol"]
+    batch = classifier.score_ids(classifier.encode(texts))
+    alone = np.vstack([classifier.score_ids(classifier.encode([t])) for t in texts])
+    np.testing.assert_allclose(batch, alone, atol=2e-3)
+
+
+def test_normalisation_makes_the_same_token_ids(classifier: Classifier) -> None:
+    a, b = classifier.encode(["You are  TRASH!!!", "you are trash!!!!!!\u200b"])
+    assert cache_key("m@1", a) == cache_key("m@1", b)
+    assert cache_key("m@1", a) != cache_key("m@2", a)
+
+
+def test_a_tampered_model_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["sha256"] = "0" * 64
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match="sha256"):
+        Classifier(copy)
+
+
+def test_lru_forgets_the_least_recently_used() -> None:
+    cache = LruCache(2)
+    row = np.zeros(3, dtype=np.float32)
+    cache.put(b"a", row)
+    cache.put(b"b", row)
+    assert cache.get(b"a") is not None
+    cache.put(b"c", row)
+    assert cache.get(b"b") is None
+    assert cache.get(b"a") is not None
+    assert len(cache) == 2
+
+
+async def test_the_batcher_scores_a_backlog_in_length_sorted_batches(
+    classifier: Classifier,
+) -> None:
+    metrics = Metrics()
+    scorer = BatchScorer(classifier, max_batch=4, metrics=metrics)
+    await scorer.start()
+    try:
+        texts = [("word " * (i % 7 + 1)) + str(i) for i in range(10)]
+        encoded = classifier.encode(texts)
+        results = await asyncio.gather(*(scorer.score(ids) for ids in encoded))
+    finally:
+        await scorer.stop()
+    expected = np.vstack([classifier.score_ids([ids]) for ids in encoded])
+    np.testing.assert_allclose(np.vstack([r.scores for r in results]), expected, atol=2e-3)
+    # 10 waiting jobs, cap 4: batches of 4, 4 and 2 (and no batch of one per message).
+    count = metrics.registry.get_sample_value("moderator_batch_size_count")
+    assert count == 3
+
+
+def test_score_writes_one_decision_per_line_in_order(classifier: Classifier) -> None:
+    lines = [
+        '{"text": "gg wp", "message_id": "a"}\n',
+        "not json\n",
+        '{"text": ""}\n',
+        '{"no_text": 1}\n',
+        '{"text": "I will find you and kill you"}\n',
+    ]
+    out = io.StringIO()
+    errors = score_lines(lines, classifier, Policy.load(), out)
+    rows = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert errors == 2
+    assert len(rows) == 5
+    assert rows[0]["message_id"] == "a"
+    assert rows[0]["action"] in ("allow", "nudge", "block")
+    assert rows[1]["error"]["code"] == "invalid_json"
+    assert rows[2]["reason"] == "empty_text"
+    assert rows[3]["error"]["code"] == "missing_field"
+    assert set(rows[4]["scores"]) == set(classifier.labels)

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from moderator.errors import PolicyError
+from moderator.policy import Policy
+
+
+def test_the_default_policy_blocks_threats_and_lets_profanity_pass() -> None:
+    policy = Policy.load()
+    assert policy.ident == "default@1"
+    assert policy.decide({"threat": 0.9, "toxicity": 0.9}) == ("block", "threat")
+    assert policy.decide({"insult": 0.6}) == ("nudge", "insult")
+    assert policy.decide({"insult": 0.95}) == ("block", "insult")
+    assert policy.decide({"obscene": 0.99}) == ("allow", None)
+    assert policy.decide({}) == ("allow", None)
+
+
+def test_block_wins_and_the_reason_is_the_widest_margin() -> None:
+    policy = Policy.from_mapping(
+        {
+            "name": "p",
+            "version": 3,
+            "labels": {"a": {"nudge": 0.2}, "b": {"block": 0.5}, "c": {"block": 0.5}},
+        }  # fmt: skip
+    )
+    assert policy.decide({"a": 0.99, "b": 0.6, "c": 0.8}) == ("block", "c")
+    assert policy.ident == "p@3"
+
+
+def test_a_policy_file_replaces_the_default(tmp_path: Path) -> None:
+    toml = tmp_path / "strict.toml"
+    toml.write_text('name = "strict"\nversion = 2\n[labels.obscene]\nnudge = 0.5\n')
+    assert Policy.load(toml).decide({"obscene": 0.7}) == ("nudge", "obscene")
+    json_file = tmp_path / "p.json"
+    json_file.write_text('{"name": "j", "version": 1, "labels": {"insult": {"block": 0.1}}}')
+    assert Policy.load(json_file).decide({"insult": 0.2}) == ("block", "insult")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"version": 1, "labels": {}},
+        {"name": "x", "version": 1, "labels": {"a": {"nudge": 1.5}}},
+        {"name": "x", "version": 1, "labels": {"a": {"warn": 0.5}}},
+        {"name": "x", "version": 1, "labels": {"a": {}}},
+        {"name": "x", "version": 1, "labels": {"a": {"block": "high"}}},
+    ],
+)
+def test_invalid_policies_are_rejected(data: dict[str, object]) -> None:
+    with pytest.raises(PolicyError):
+        Policy.from_mapping(data)
+
+
+def test_labels_the_model_lacks_are_reported(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        Policy.load().check_labels(["toxicity", "insult"])
+    assert "self_harm" in caplog.text
