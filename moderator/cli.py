@@ -71,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--batch", type=int, default=32, help="lines scored together")
     score.set_defaults(command=_cmd_score)
 
+    demo = sub.add_parser("demo", help="moderator dev + a burst of realistic chat + a report")
+    demo.add_argument("--rate", type=float, default=100.0, help="messages per second")
+    demo.add_argument("--duration", type=float, default=15.0, help="seconds of traffic")
+    demo.add_argument("--dup-ratio", type=float, default=0.4, help="share of repeated lines")
+    demo.add_argument("--malformed-ratio", type=float, default=0.02, help="share of bad records")
+    demo.set_defaults(command=_cmd_demo)
+
     model = sub.add_parser("model", help="build, export, evaluate models (needs the model extra)")
     model.add_argument("args", nargs=argparse.REMAINDER, help="build | export | evaluate | ...")
     model.set_defaults(command=_cmd_model)
@@ -131,6 +138,17 @@ async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
     for task in stopping:
         await task
     return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from moderator.demo import run_demo
+
+    return run_demo(
+        rate=args.rate,
+        duration_s=args.duration,
+        dup_ratio=args.dup_ratio,
+        malformed_ratio=args.malformed_ratio,
+    )
 
 
 # -- score -------------------------------------------------------------------------------------
