@@ -69,10 +69,12 @@ def _wait_ready(dev: subprocess.Popen[bytes], metrics_port: int) -> None:
     while time.monotonic() < deadline:
         if dev.poll() is not None:
             raise SystemExit(f"moderator dev exited with code {dev.returncode}")
-        with contextlib.suppress(urllib.error.URLError, ConnectionError):
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
+        with (
+            contextlib.suppress(urllib.error.URLError, ConnectionError),
+            urllib.request.urlopen(url, timeout=1) as response,
+        ):
+            if response.status == 200:
+                return
         time.sleep(0.2)
     raise SystemExit(f"moderator dev was not ready within {READY_TIMEOUT_S}s")
 
