@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     add_setting_flags(run)
     run.add_argument("--create-topics", action="store_true", help="create missing topics first")
     run.add_argument("--partitions", type=int, default=4, help="partitions of created topics")
+    run.add_argument(
+        "--workers", type=int, default=1, help="processes in the group, pinned to disjoint cores"
+    )
     run.set_defaults(command=_cmd_run)
 
     dev = sub.add_parser("dev", help="embedded broker + Redis + the processor, in the foreground")
@@ -91,6 +94,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     settings.check_model_dir()
     topics = _topic_partitions(settings, args.partitions) if args.create_topics else None
+    if args.workers > 1:
+        from moderator.workers import run_workers, strip_workers_flag
+
+        if topics:
+            loop.run(ensure_topics(settings.kafka_bootstrap, topics))
+        argv = strip_workers_flag(sys.argv[sys.argv.index("run") + 1 :])
+        return run_workers(
+            args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
+        )
     return loop.run(_serve(settings, topics))
 
 

@@ -1,0 +1,84 @@
+"""`moderator run --workers K`: K processes in one consumer group, pinned to disjoint cores.
+
+One process per core set scales past the GIL and keeps each ONNX Runtime instance's threads on
+its own cores. The supervisor forwards SIGINT/SIGTERM, waits for the workers to drain, and exits
+with the worst exit code; a worker that dies takes the others down (no silent half-capacity).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+log = logging.getLogger(__name__)
+
+
+def core_sets(workers: int, cores: Sequence[int] | None = None) -> list[list[int]]:
+    """Split our cores into `workers` disjoint, contiguous sets (shared if there are too few)."""
+    cores = sorted(os.sched_getaffinity(0)) if cores is None else list(cores)
+    if workers <= len(cores):
+        size, extra = divmod(len(cores), workers)
+        sets, start = [], 0
+        for i in range(workers):
+            end = start + size + (1 if i < extra else 0)
+            sets.append(cores[start:end])
+            start = end
+        return sets
+    return [[cores[i % len(cores)]] for i in range(workers)]
+
+
+def strip_workers_flag(argv: Sequence[str]) -> list[str]:
+    """`argv` without `--workers K` / `--workers=K`, for the workers' own command lines."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            out.append(arg)
+    return out
+
+
+def run_workers(workers: int, argv: Sequence[str], *, threads: int, metrics_port: int) -> int:
+    """Run `moderator run argv...` `workers` times; return the worst exit code."""
+    sets = core_sets(workers)
+    per_worker = max(1, threads // workers)
+    procs: list[subprocess.Popen[bytes]] = []
+    for i, cores in enumerate(sets):
+        env = dict(os.environ, MODERATOR_THREADS=str(min(per_worker, len(cores))))
+        if metrics_port:
+            env["MODERATOR_METRICS_PORT"] = str(metrics_port + i)
+        command = [sys.executable, "-m", "moderator", "run", *argv]
+        pin = functools.partial(os.sched_setaffinity, 0, cores)
+        proc = subprocess.Popen(command, env=env, preexec_fn=pin)
+        log.info("worker %d (pid %d) on cores %s", i, proc.pid, cores)
+        procs.append(proc)
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
+    codes: dict[int, int] = {}
+    while len(codes) < len(procs):
+        for i, proc in enumerate(procs):
+            code = proc.poll()
+            if code is None or i in codes:
+                continue
+            codes[i] = code
+            if code != 0 and len(codes) < len(procs):
+                log.error("worker %d exited with %d; stopping the others", i, code)
+                forward(signal.SIGTERM, None)
+        time.sleep(0.1)
+    return max(codes.values(), key=abs)
