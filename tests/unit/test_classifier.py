@@ -34,11 +34,19 @@ def test_a_lone_message_is_not_padded_and_long_text_is_truncated(classifier: Cla
     assert len(long) == classifier.info.max_length
 
 
-def test_a_batch_pads_only_to_its_longest_and_scores_match_alone(classifier: Classifier) -> None:
-    texts = ["ok", "that was a really long and winding sentence about the match", "lol"]
-    batch = classifier.score_ids(classifier.encode(texts))
-    alone = np.vstack([classifier.score_ids(classifier.encode([t])) for t in texts])
-    np.testing.assert_allclose(batch, alone, atol=2e-3)
+def test_a_batch_scores_like_each_message_alone(classifier: Classifier) -> None:
+    """Padding is masked out. Dynamic int8 quantizes activations with one scale per tensor, so
+    batch-mates shift scores a little (the same order as int8 vs fp32); the action must not move.
+    """
+    texts = ["ok", "that was a really long and winding sentence about the match", "lol",
+             "you are a pathetic loser", "i will hurt you"]  # fmt: skip
+    encoded = classifier.encode(texts)
+    batch = classifier.score_ids(encoded)
+    alone = np.vstack([classifier.score_ids([ids]) for ids in encoded])
+    assert np.abs(batch - alone).max() < 0.15
+    policy = Policy.load()
+    for b, a in zip(batch, alone, strict=True):
+        assert policy.decide(classifier.as_dict(b)) == policy.decide(classifier.as_dict(a))
 
 
 def test_normalisation_makes_the_same_token_ids(classifier: Classifier) -> None:
@@ -81,8 +89,13 @@ async def test_the_batcher_scores_a_backlog_in_length_sorted_batches(
         results = await asyncio.gather(*(scorer.score(ids) for ids in encoded))
     finally:
         await scorer.stop()
-    expected = np.vstack([classifier.score_ids([ids]) for ids in encoded])
-    np.testing.assert_allclose(np.vstack([r.scores for r in results]), expected, atol=2e-3)
+    # Each message scored once, in its length-sorted batch of the same size as direct scoring.
+    order = sorted(range(10), key=lambda i: len(encoded[i]))
+    expected = np.empty((10, len(classifier.labels)), dtype=np.float32)
+    for start in range(0, 10, 4):
+        chunk = order[start : start + 4]
+        expected[chunk] = classifier.score_ids([encoded[i] for i in chunk])
+    np.testing.assert_allclose(np.vstack([r.scores for r in results]), expected, atol=1e-5)
     # 10 waiting jobs, cap 4: batches of 4, 4 and 2 (and no batch of one per message).
     count = metrics.registry.get_sample_value("moderator_batch_size_count")
     assert count == 3
