@@ -8,6 +8,7 @@ here: the service feeds records in and publishes the outcomes in the same order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
@@ -72,6 +73,13 @@ class Pipeline:
         self.max_record_bytes = max_record_bytes
         self.budget_ms = budget_ms
         self.model_ident = classifier.info.ident
+        self._scoring: dict[bytes, asyncio.Future[Scored]] = {}
+
+    def _scored(self, key: bytes, future: asyncio.Future[Scored]) -> None:
+        """A model result landed: cache it (once per scoring) and end its single flight."""
+        self._scoring.pop(key, None)
+        if not future.cancelled() and future.exception() is None:
+            self.cache.put_many([(key, future.result().scores)])
 
     async def process(self, records: Sequence[InboundRecord]) -> list[Outcome]:
         """Outcomes for `records`, in the same order."""
@@ -102,32 +110,44 @@ class Pipeline:
             keys.append((key, ids))
 
         hits = await self.cache.get_many([key for key, _ in keys])
-        misses: dict[bytes, asyncio.Future[Scored]] = {}
+        # Single flight: a text already on its way to the model (from this batch or an earlier
+        # one) is scored once; the other messages wait for that result and count as cached.
+        waits: list[tuple[asyncio.Future[Scored], bool] | None] = []
         for (key, ids), (scores, _level) in zip(keys, hits, strict=True):
-            if scores is None and key not in misses:
-                misses[key] = self.scorer.score(ids)
-        if misses:
-            await asyncio.gather(*misses.values())
-            fresh = {key: fut.result() for key, fut in misses.items()}
-            self.cache.put_many([(key, s.scores) for key, s in fresh.items()])
-        for (i, msg, key), (scores, _level) in zip(to_score, hits, strict=True):
             if scores is not None:
-                outcomes[i] = self._decide(
-                    records[i].key, msg, scores, fetched, cached=True, score_s=0.0
-                )
+                waits.append(None)
+                continue
+            future = self._scoring.get(key)
+            owner = future is None
+            if future is None:
+                future = self.scorer.score(ids)
+                self._scoring[key] = future
+                future.add_done_callback(functools.partial(self._scored, key))
             else:
-                s = fresh[key]
-                self.metrics.stage_seconds.labels("queue").observe(s.queued_s)
-                self.metrics.stage_seconds.labels("score").observe(s.score_s)
+                self.metrics.cache_requests.labels("inflight", "hit").inc()
+            waits.append((future, owner))
+        pending = {id(w[0]): w[0] for w in waits if w is not None}
+        if pending:
+            await asyncio.gather(*pending.values())
+        for (i, msg, _key), (scores, _level), wait in zip(to_score, hits, waits, strict=True):
+            if wait is None or not wait[1]:
+                row = scores if wait is None else wait[0].result().scores
                 outcomes[i] = self._decide(
-                    records[i].key,
-                    msg,
-                    s.scores,
-                    fetched,
-                    cached=False,
-                    score_s=s.score_s,
-                    queued_s=s.queued_s,
+                    records[i].key, msg, row, fetched, cached=True, score_s=0.0
                 )
+                continue
+            s = wait[0].result()
+            self.metrics.stage_seconds.labels("queue").observe(s.queued_s)
+            self.metrics.stage_seconds.labels("score").observe(s.score_s)
+            outcomes[i] = self._decide(
+                records[i].key,
+                msg,
+                s.scores,
+                fetched,
+                cached=False,
+                score_s=s.score_s,
+                queued_s=s.queued_s,
+            )
         return [o for o in outcomes if o is not None]
 
     def _decide(

@@ -1,0 +1,72 @@
+"""The pipeline without Kafka or Redis: records in, outcomes out, in order."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import NamedTuple
+
+import orjson
+import pytest
+
+from moderator.batcher import BatchScorer
+from moderator.cache import VerdictCache
+from moderator.classifier import Classifier
+from moderator.metrics import Metrics
+from moderator.pipeline import Pipeline
+from moderator.policy import Policy
+from moderator.records import DLQ_ERROR_CODE
+
+
+class Record(NamedTuple):
+    value: bytes | None
+    key: bytes | None = b"c-1"
+    topic: str = "chat.messages"
+    partition: int = 0
+    offset: int = 0
+    timestamp: int = 1_000
+
+
+def message(i: int, text: str) -> Record:
+    value = orjson.dumps(
+        {"message_id": f"m-{i}", "channel_id": "c-1", "user_id": "u", "text": text}
+    )
+    return Record(value, offset=i)
+
+
+@pytest.fixture
+async def pipeline(classifier: Classifier) -> AsyncIterator[Pipeline]:
+    metrics = Metrics()
+    scorer = BatchScorer(classifier, max_batch=8, metrics=metrics)
+    cache = VerdictCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)
+    await scorer.start()
+    await cache.start()
+    try:
+        yield Pipeline(classifier, Policy.load(), scorer, cache, metrics,
+                       max_record_bytes=65536, budget_ms=50)  # fmt: skip
+    finally:
+        await cache.stop()
+        await scorer.stop()
+
+
+async def test_outcomes_come_back_in_record_order(pipeline: Pipeline) -> None:
+    records = [message(0, "gg"), Record(b"{broken", offset=1), message(2, ""), message(3, "hi all")]
+    outcomes = await pipeline.process(records)
+    assert [o.dead_letter for o in outcomes] == [False, True, False, False]
+    assert dict(outcomes[1].headers)[DLQ_ERROR_CODE] == b"invalid_json"
+    assert outcomes[1].value == b"{broken"
+    ids = [orjson.loads(o.value or b"")["message_id"] for o in outcomes if not o.dead_letter]
+    assert ids == ["m-0", "m-2", "m-3"]
+    assert orjson.loads(outcomes[2].value or b"")["reason"] == "empty_text"
+
+
+async def test_repeats_in_one_batch_are_scored_once(pipeline: Pipeline) -> None:
+    records = [message(i, "GG  wp!!!" if i % 2 else "gg wp!!") for i in range(6)]
+    outcomes = await pipeline.process(records)
+    decisions = [orjson.loads(o.value or b"") for o in outcomes]
+    assert [d["cached"] for d in decisions] == [False] + [True] * 5
+    assert all(d["scores"] == decisions[0]["scores"] for d in decisions)
+    batches = pipeline.metrics.registry.get_sample_value("moderator_batch_size_sum")
+    assert batches == 1, "one model call for six copies of one text"
+    # ...and the verdict is now in the in-process cache for the next batch.
+    again = orjson.loads((await pipeline.process([message(9, "Gg Wp!!!!")]))[0].value or b"")
+    assert again["cached"] is True
