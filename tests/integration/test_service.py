@@ -196,7 +196,9 @@ async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
     async with Moderator(fresh, classifier=classifier) as second:
         await second.wait_ready(30)
         assert await second.cache.wait_redis(5)
-        await produce(settings.kafka_bootstrap, settings.in_topic, [chat(3, "you ABSOLUTE clown!!!")])
+        await produce(
+            settings.kafka_bootstrap, settings.in_topic, [chat(3, "you ABSOLUTE clown!!!")]
+        )
         again = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(3))
         port = second.metrics_port
         assert port is not None
@@ -206,7 +208,7 @@ async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
     assert decisions_by_id(again)["m-3"]["scores"] == decisions["m-1"]["scores"]
 
 
-async def test_redis_stopped_mid_stream_does_not_stop_decisions(
+async def test_redis_stopped_mid_stream_does_not_stop_decisions_and_recovers(
     settings: Settings, fresh_redis: EmbeddedRedis, classifier: Classifier
 ) -> None:
     settings = settings.replace(redis_url=fresh_redis.url)
@@ -234,6 +236,11 @@ async def test_redis_stopped_mid_stream_does_not_stop_decisions(
         assert port is not None
         assert metric(port, "moderator_redis_up") == 0
         assert metric(port, "moderator_redis_errors_total") >= 1
+
+        # Redis comes back on the same port: the background probe closes the breaker by itself.
+        fresh_redis.start()
+        assert await service.cache.wait_redis(15)
+        assert metric(port, "moderator_redis_up") == 1
 
 
 async def test_a_consumer_stopped_mid_stream_and_restarted_loses_nothing(
