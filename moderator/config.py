@@ -49,6 +49,8 @@ HELP = {
     "commit_interval_s": "how often acknowledged offsets are committed",
     "fetch_max_wait_ms": "longest the broker may hold a fetch waiting for data",
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
+    "degraded_mode": "late cache misses skip the model: off | allow | block | lexical",
+    "denylist": "phrases the lexical degraded mode blocks; the packaged list if unset",
 }
 
 
@@ -77,6 +79,8 @@ class Settings:
     commit_interval_s: float = 0.5
     fetch_max_wait_ms: int = 5
     shutdown_timeout_s: float = 15.0
+    degraded_mode: str = "off"
+    denylist: Path | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
@@ -106,6 +110,10 @@ class Settings:
                 raise bad(name, f"must not be negative, got {getattr(self, name)}")
         if not 0 <= self.metrics_port <= 65535:
             raise bad("metrics_port", f"{self.metrics_port} is not a TCP port")
+        if self.degraded_mode not in ("off", "allow", "block", "lexical"):
+            raise bad("degraded_mode", f"{self.degraded_mode!r} is not off|allow|block|lexical")
+        if self.denylist is not None and not self.denylist.is_file():
+            raise bad("denylist", f"{self.denylist} is not a file")
         if self.policy is not None and not self.policy.is_file():
             raise bad("policy", f"{self.policy} is not a file")
 

@@ -54,6 +54,8 @@ class Metrics:
                                     buckets=BATCH_BUCKETS, namespace=ns, registry=r)  # fmt: skip
         self.over_budget = Counter("over_budget", "Decisions later than the latency budget",
                                    namespace=ns, registry=r)  # fmt: skip
+        self.degraded = Counter("degraded_decisions", "Late messages decided without the model",
+                                ["action"], namespace=ns, registry=r)  # fmt: skip
         self.in_flight = Gauge("in_flight", "Messages fetched and not yet acknowledged",
                                namespace=ns, registry=r)  # fmt: skip
         self.consumer_lag = Gauge("consumer_lag", "Records behind the partition's high-water mark",

@@ -16,6 +16,7 @@ from typing import NamedTuple, Protocol
 from moderator.batcher import BatchScorer, Scored
 from moderator.cache import VerdictCache, cache_key
 from moderator.classifier import Classifier, Scores
+from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
 from moderator.policy import Policy
@@ -64,6 +65,7 @@ class Pipeline:
         *,
         max_record_bytes: int,
         budget_ms: float,
+        fallback: Fallback | None = None,
     ) -> None:
         self.classifier = classifier
         self.policy = policy
@@ -72,6 +74,7 @@ class Pipeline:
         self.metrics = metrics
         self.max_record_bytes = max_record_bytes
         self.budget_ms = budget_ms
+        self.fallback = fallback
         self.model_ident = classifier.info.ident
         self._scoring: dict[bytes, asyncio.Future[Scored]] = {}
 
@@ -113,8 +116,16 @@ class Pipeline:
         # Single flight: a text already on its way to the model (from this batch or an earlier
         # one) is scored once; the other messages wait for that result and count as cached.
         waits: list[tuple[asyncio.Future[Scored], bool] | None] = []
-        for (key, ids), (scores, _level) in zip(keys, hits, strict=True):
+        late_before_ms = int(time.time() * 1000) - self.budget_ms
+        for (key, ids), (scores, _level), (i, msg, _) in zip(keys, hits, to_score, strict=True):
             if scores is not None:
+                waits.append(None)
+                continue
+            if self.fallback is not None and msg.sent_at_ms < late_before_ms:
+                outcomes[i] = self._decide(
+                    records[i].key, msg, None, fetched, cached=False, score_s=0.0,
+                    verdict=self.fallback.decide(msg.text),
+                )  # fmt: skip
                 waits.append(None)
                 continue
             future = self._scoring.get(key)
@@ -130,6 +141,8 @@ class Pipeline:
         if pending:
             await asyncio.gather(*pending.values())
         for (i, msg, _key), (scores, _level), wait in zip(to_score, hits, waits, strict=True):
+            if outcomes[i] is not None:  # degraded
+                continue
             if wait is None or not wait[1]:
                 row = scores if wait is None else wait[0].result().scores
                 outcomes[i] = self._decide(
@@ -160,11 +173,16 @@ class Pipeline:
         cached: bool,
         score_s: float,
         queued_s: float | None = None,
+        verdict: tuple[str, str | None] | None = None,
     ) -> Outcome:
+        """The decision for `msg`: from `verdict` when degraded, else the policy on `scores`."""
         named = self.classifier.as_dict(scores) if scores is not None else {}
-        action, reason = (
-            self.policy.decide(named) if scores is not None else ("allow", EMPTY_TEXT_REASON)
-        )
+        if verdict is not None:
+            action, reason = verdict
+        elif scores is not None:
+            action, reason = self.policy.decide(named)
+        else:
+            action, reason = "allow", EMPTY_TEXT_REASON
         total_s = time.perf_counter() - fetched
         if queued_s is None:
             queued_s = total_s - score_s
@@ -178,13 +196,15 @@ class Pipeline:
             model=self.model_ident,
             policy=self.policy.ident,
             cached=cached,
-            degraded=False,
+            degraded=verdict is not None,
             timing=Timing(queued_s * 1000, score_s * 1000, total_s * 1000),
             decided_at_ms=decided_at_ms,
             over_budget=over_budget,
         )
         if over_budget:
             self.metrics.over_budget.inc()
+        if verdict is not None:
+            self.metrics.degraded.labels(action).inc()
         self.metrics.stage_seconds.labels("total").observe(total_s)
         if key is None:  # keep one channel's decisions together even for unkeyed input
             key = msg.channel_id.encode()

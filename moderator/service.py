@@ -29,6 +29,7 @@ from moderator.batcher import BatchScorer
 from moderator.cache import VerdictCache
 from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.degrade import Fallback
 from moderator.metrics import Metrics, MetricsServer
 from moderator.pipeline import InboundRecord, Outcome, Pipeline
 from moderator.policy import Policy
@@ -157,6 +158,9 @@ class Moderator:
                 self.metrics,
                 max_record_bytes=s.max_record_bytes,
                 budget_ms=s.budget_ms,
+                fallback=(
+                    None if s.degraded_mode == "off" else Fallback.load(s.degraded_mode, s.denylist)
+                ),
             )
             self._producer = AIOKafkaProducer(
                 bootstrap_servers=s.kafka_bootstrap,

@@ -11,6 +11,7 @@ import pytest
 from moderator.batcher import BatchScorer
 from moderator.cache import VerdictCache
 from moderator.classifier import Classifier
+from moderator.degrade import Fallback
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy import Policy
@@ -70,3 +71,38 @@ async def test_repeats_in_one_batch_are_scored_once(pipeline: Pipeline) -> None:
     # ...and the verdict is now in the in-process cache for the next batch.
     again = orjson.loads((await pipeline.process([message(9, "Gg Wp!!!!")]))[0].value or b"")
     assert again["cached"] is True
+
+
+def old_message(i: int, text: str) -> Record:
+    value = orjson.dumps({"message_id": f"m-{i}", "channel_id": "c-1", "user_id": "u",
+                          "text": text, "sent_at_ms": 1_000})  # fmt: skip
+    return Record(value, offset=i)
+
+
+async def test_late_misses_get_a_fast_degraded_decision(pipeline: Pipeline) -> None:
+    await pipeline.process([message(0, "nice shot")])  # now cached
+    pipeline.fallback = Fallback.load("lexical")
+    records = [old_message(1, "nice shot"), old_message(2, "KYS loser"), old_message(3, "gg")]
+    decisions = [orjson.loads(o.value or b"") for o in await pipeline.process(records)]
+    assert decisions[0]["degraded"] is False, "a cache hit is cheap: it keeps the real verdict"
+    assert decisions[0]["cached"] is True
+    assert decisions[1]["degraded"] is True
+    assert (decisions[1]["action"], decisions[1]["reason"]) == ("block", "denylist")
+    assert decisions[1]["scores"] == {}
+    assert (decisions[2]["action"], decisions[2]["degraded"]) == ("allow", True)
+    assert all(d["over_budget"] for d in decisions)
+    assert pipeline.metrics.registry.get_sample_value("moderator_batch_size_count") == 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "text", "verdict"),
+    [
+        ("allow", "kys", ("allow", "overload")),
+        ("block", "gg", ("block", "overload")),
+        ("lexical", "go  KILL   yourself!!", ("block", "denylist")),
+        ("lexical", "let's kill the boss", ("allow", None)),
+        ("lexical", "skys the limit", ("allow", None)),
+    ],
+)
+def test_fallback_modes(mode: str, text: str, verdict: tuple[str, str | None]) -> None:
+    assert Fallback.load(mode).decide(text) == verdict
