@@ -14,6 +14,7 @@ from moderator.config import Settings
 from moderator.embedded import EmbeddedRedis
 from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET
 from moderator.service import Moderator
+from moderator.topics import ensure_topics
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
 
 pytestmark = pytest.mark.integration
@@ -52,10 +53,17 @@ def assert_decision_schema(d: dict[str, Any], labels: tuple[str, ...]) -> None:
     assert isinstance(d["decided_at_ms"], int)
 
 
-def metric(port: int, line_prefix: str) -> float:
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+def http_get(port: int, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        body: bytes = response.read()
+        return body
+
+
+async def metric(port: int, line_prefix: str) -> float:
+    """Sum of the samples on /metrics whose line starts with `line_prefix`."""
+    body = await asyncio.to_thread(http_get, port, "/metrics")
     total = 0.0
-    for line in body.splitlines():
+    for line in body.decode().splitlines():
         if line.startswith(line_prefix):
             total += float(line.rsplit(" ", 1)[1])
     return total
@@ -93,10 +101,9 @@ async def test_n_messages_in_n_valid_decisions_out(
     port = moderator.metrics_port
     assert port is not None
     await asyncio.sleep(0.3)  # acks are counted in a done-callback
-    assert metric(port, "moderator_decisions_total") == n
-    assert metric(port, "moderator_messages_consumed_total") == n
-    ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
-    assert ready.status == 200
+    assert await metric(port, "moderator_decisions_total") == n
+    assert await metric(port, "moderator_messages_consumed_total") == n
+    assert await asyncio.to_thread(http_get, port, "/readyz") == b"ready\n"
 
 
 async def test_empty_text_is_allowed_without_scoring(
@@ -118,23 +125,23 @@ MALFORMED: list[tuple[bytes, str]] = [
     (
         orjson.dumps({"message_id": 7, "channel_id": "c", "user_id": "u", "text": "hi"}),
         "wrong_type",
-    ),  # fmt: skip
+    ),
     (
         orjson.dumps({"message_id": "m", "channel_id": "c", "user_id": "u", "text": None}),
         "wrong_type",
-    ),  # fmt: skip
+    ),
     (
         orjson.dumps({"message_id": "", "channel_id": "c", "user_id": "u", "text": "x"}),
         "empty_field",
-    ),  # fmt: skip
+    ),
     (
         orjson.dumps({"message_id": "m", "channel_id": "c", "user_id": "u", "text": "x" * 70_000}),
         "too_large",
-    ),  # fmt: skip
+    ),
     (
         b'{"message_id": "m", "channel_id": "c", "user_id": "u", "text": "\\ud800"}',
         "invalid_json",
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -170,8 +177,8 @@ async def test_malformed_records_are_dead_lettered_and_the_stream_goes_on(
     port = moderator.metrics_port
     assert port is not None
     await asyncio.sleep(0.3)
-    assert metric(port, "moderator_dead_letters_total") == len(MALFORMED)
-    assert metric(port, 'moderator_dead_letters_total{reason="invalid_json"}') == 2
+    assert await metric(port, "moderator_dead_letters_total") == len(MALFORMED)
+    assert await metric(port, 'moderator_dead_letters_total{reason="invalid_json"}') == 2
 
 
 async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
@@ -203,7 +210,7 @@ async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
         port = second.metrics_port
         assert port is not None
         await asyncio.sleep(0.3)
-        assert metric(port, 'moderator_cache_requests_total{level="redis",result="hit"}') >= 1
+        assert await metric(port, 'moderator_cache_requests_total{level="redis",result="hit"}') >= 1
     assert decisions_by_id(again)["m-3"]["cached"] is True
     assert decisions_by_id(again)["m-3"]["scores"] == decisions["m-1"]["scores"]
 
@@ -234,13 +241,13 @@ async def test_redis_stopped_mid_stream_does_not_stop_decisions_and_recovers(
         assert not service.cache.redis_available
         port = service.metrics_port
         assert port is not None
-        assert metric(port, "moderator_redis_up") == 0
-        assert metric(port, "moderator_redis_errors_total") >= 1
+        assert await metric(port, "moderator_redis_up") == 0
+        assert await metric(port, "moderator_redis_errors_total") >= 1
 
         # Redis comes back on the same port: the background probe closes the breaker by itself.
         fresh_redis.start()
         assert await service.cache.wait_redis(15)
-        assert metric(port, "moderator_redis_up") == 1
+        assert await metric(port, "moderator_redis_up") == 1
 
 
 async def test_a_consumer_stopped_mid_stream_and_restarted_loses_nothing(
@@ -261,3 +268,36 @@ async def test_a_consumer_stopped_mid_stream_and_restarted_loses_nothing(
         await second.wait_ready(30)
         records = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(n))
     assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
+
+
+async def test_instances_joining_and_leaving_under_load_lose_nothing(
+    settings: Settings, classifier: Classifier
+) -> None:
+    settings = settings.replace(in_topic=settings.in_topic + ".wide")
+    await ensure_topics(settings.kafka_bootstrap, {settings.in_topic: 4})
+    n = 1200
+
+    async def steady_stream() -> None:
+        for start in range(0, n, 100):
+            batch = [chat(i, f"rebalance line {i}") for i in range(start, start + 100)]
+            await produce(settings.kafka_bootstrap, settings.in_topic, batch)
+            await asyncio.sleep(0.5)
+
+    async with Moderator(settings, classifier=classifier) as first:
+        await first.wait_ready(30)
+        producing = asyncio.create_task(steady_stream())
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
+        second = Moderator(settings, classifier=classifier)
+        third = Moderator(settings, classifier=classifier)
+        await second.start()
+        await third.start()
+        await asyncio.gather(second.wait_ready(60), third.wait_ready(60))
+        await second.stop()  # leaves mid-stream: its partitions move back
+        await producing
+        await third.stop()
+        records = await consume(
+            settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(n), timeout_s=90
+        )
+        assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
+    # The instance left standing drained everything it held when it stopped.
+    assert first.metrics.registry.get_sample_value("moderator_in_flight") == 0
