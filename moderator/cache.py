@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from moderator.classifier import Scores, TokenIds
+from moderator.config import redact_url
 from moderator.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ class VerdictCache:
             self._redis_down.clear()
             self._redis_up.set()
             self.metrics.redis_up.set(1)
-            log.info("redis at %s is available", _safe_url(self.redis_url))
+            log.info("redis at %s is available", redact_url(self.redis_url))
 
     async def get_many(self, keys: Sequence[bytes]) -> list[tuple[Scores | None, Level]]:
         """Look each key up in L1, then the L1 misses in Redis with one MGET."""
@@ -227,13 +228,3 @@ class VerdictCache:
             except (RedisError, OSError, TimeoutError) as exc:
                 self.metrics.cache_writes_dropped.inc(len(batch))
                 self._trip(exc)
-
-
-def _safe_url(url: str) -> str:
-    """The URL without its password, for logs."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"

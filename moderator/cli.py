@@ -98,7 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from moderator.workers import run_workers, strip_workers_flag
 
         if topics:
-            loop.run(ensure_topics(settings.kafka_bootstrap, topics))
+            loop.run(ensure_topics(settings.kafka_options(), topics))
         argv = strip_workers_flag(sys.argv[sys.argv.index("run") + 1 :])
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
@@ -124,7 +124,7 @@ def _topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
 async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
     """Run one moderator until SIGINT/SIGTERM; a second signal exits at once."""
     if topics:
-        await ensure_topics(settings.kafka_bootstrap, topics)
+        await ensure_topics(settings.kafka_options(), topics)
     moderator = Moderator(settings)
     stopping: list[asyncio.Task[None]] = []
 

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +25,19 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
         return os.cpu_count() or 1
+
+
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def redact_url(url: str) -> str:
+    """`url` with any password replaced by `***` (for logs and reprs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 HELP = {
@@ -49,6 +62,13 @@ HELP = {
     "commit_interval_s": "how often acknowledged offsets are committed",
     "fetch_max_wait_ms": "longest the broker may hold a fetch waiting for data",
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
+    "kafka_security_protocol": "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
+    "kafka_sasl_mechanism": "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 (with SASL_*)",
+    "kafka_sasl_username": "SASL user name",
+    "kafka_sasl_password": "SASL password (never logged)",
+    "kafka_ssl_cafile": "CA bundle to verify the brokers (with SSL / SASL_SSL)",
+    "kafka_ssl_certfile": "client certificate for mutual TLS",
+    "kafka_ssl_keyfile": "client private key for mutual TLS",
     "degraded_mode": "late cache misses skip the model: off | allow | block | lexical",
     "denylist": "phrases the lexical degraded mode blocks; the packaged list if unset",
 }
@@ -79,6 +99,13 @@ class Settings:
     commit_interval_s: float = 0.5
     fetch_max_wait_ms: int = 5
     shutdown_timeout_s: float = 15.0
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str = "PLAIN"
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = field(default="", repr=False)
+    kafka_ssl_cafile: Path | None = None
+    kafka_ssl_certfile: Path | None = None
+    kafka_ssl_keyfile: Path | None = None
     degraded_mode: str = "off"
     denylist: Path | None = None
 
@@ -110,12 +137,57 @@ class Settings:
                 raise bad(name, f"must not be negative, got {getattr(self, name)}")
         if not 0 <= self.metrics_port <= 65535:
             raise bad("metrics_port", f"{self.metrics_port} is not a TCP port")
+        if self.kafka_security_protocol not in KAFKA_PROTOCOLS:
+            raise bad("kafka_security_protocol", f"must be one of {', '.join(KAFKA_PROTOCOLS)}")
+        if self.kafka_security_protocol.startswith("SASL"):
+            if self.kafka_sasl_mechanism not in SASL_MECHANISMS:
+                raise bad("kafka_sasl_mechanism", f"must be one of {', '.join(SASL_MECHANISMS)}")
+            if not self.kafka_sasl_username or not self.kafka_sasl_password:
+                raise bad("kafka_sasl_username", "SASL needs a user name and a password")
+        for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise bad(name, f"{path} is not a file")
         if self.degraded_mode not in ("off", "allow", "block", "lexical"):
             raise bad("degraded_mode", f"{self.degraded_mode!r} is not off|allow|block|lexical")
         if self.denylist is not None and not self.denylist.is_file():
             raise bad("denylist", f"{self.denylist} is not a file")
         if self.policy is not None and not self.policy.is_file():
             raise bad("policy", f"{self.policy} is not a file")
+
+    def __repr__(self) -> str:
+        """Settings without secrets: no SASL password, no password in the Redis URL."""
+        shown = []
+        for f in dataclasses.fields(self):
+            if not f.repr:
+                continue
+            value = getattr(self, f.name)
+            if f.name == "redis_url":
+                value = redact_url(value)
+            shown.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
+
+    def kafka_options(self) -> dict[str, Any]:
+        """Connection options shared by every Kafka client (consumer, producer, admin)."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.kafka_bootstrap,
+            "security_protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_security_protocol in ("SSL", "SASL_SSL"):
+            from aiokafka.helpers import create_ssl_context
+
+            options["ssl_context"] = create_ssl_context(
+                cafile=str(self.kafka_ssl_cafile) if self.kafka_ssl_cafile else None,
+                certfile=str(self.kafka_ssl_certfile) if self.kafka_ssl_certfile else None,
+                keyfile=str(self.kafka_ssl_keyfile) if self.kafka_ssl_keyfile else None,
+            )
+        if self.kafka_security_protocol.startswith("SASL"):
+            options.update(
+                sasl_mechanism=self.kafka_sasl_mechanism,
+                sasl_plain_username=self.kafka_sasl_username,
+                sasl_plain_password=self.kafka_sasl_password,
+            )
+        return options
 
     @property
     def effective_threads(self) -> int:

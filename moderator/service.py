@@ -163,7 +163,7 @@ class Moderator:
                 ),
             )
             self._producer = AIOKafkaProducer(
-                bootstrap_servers=s.kafka_bootstrap,
+                **s.kafka_options(),
                 acks="all",
                 linger_ms=0,
                 max_request_size=MAX_PRODUCER_REQUEST_BYTES,
@@ -171,7 +171,7 @@ class Moderator:
             )
             await self._producer.start()
             self._consumer = AIOKafkaConsumer(
-                bootstrap_servers=s.kafka_bootstrap,
+                **s.kafka_options(),
                 group_id=s.group_id,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
@@ -12,9 +13,13 @@ from aiokafka.errors import TopicAlreadyExistsError
 log = logging.getLogger(__name__)
 
 
-async def ensure_topics(bootstrap: str, partitions: Mapping[str, int]) -> None:
-    """Create each topic with its partition count unless it already exists."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="moderator-admin")
+async def ensure_topics(kafka: str | Mapping[str, Any], partitions: Mapping[str, int]) -> None:
+    """Create each topic with its partition count unless it already exists.
+
+    `kafka` is a bootstrap string or the client options of `Settings.kafka_options()`.
+    """
+    options = {"bootstrap_servers": kafka} if isinstance(kafka, str) else dict(kafka)
+    admin = AIOKafkaAdminClient(**options, client_id="moderator-admin")
     await admin.start()
     try:
         existing = set(await admin.list_topics())

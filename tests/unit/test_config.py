@@ -54,3 +54,41 @@ def test_bad_settings_fail_naming_the_setting(env: dict[str, str], names: str) -
 def test_a_missing_model_dir_names_the_setting(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="MODERATOR_MODEL_DIR"):
         Settings(model_dir=tmp_path).check_model_dir()
+
+
+def test_secrets_never_appear_in_the_settings_repr() -> None:
+    s = Settings.from_env(
+        {
+            "MODERATOR_REDIS_URL": "rediss://moderator:s3cret-redis@cache.internal:6380/0",
+            "MODERATOR_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "MODERATOR_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "MODERATOR_KAFKA_SASL_USERNAME": "moderator",
+            "MODERATOR_KAFKA_SASL_PASSWORD": "s3cret-kafka",
+        }
+    )
+    text = repr(s) + str(s)
+    assert "s3cret" not in text
+    assert "rediss://moderator:***@cache.internal:6380/0" in text
+    options = s.kafka_options()
+    assert options["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert options["sasl_plain_password"] == "s3cret-kafka"
+
+
+def test_tls_builds_an_ssl_context() -> None:
+    options = Settings(kafka_security_protocol="SSL").kafka_options()
+    assert options["security_protocol"] == "SSL"
+    assert options["ssl_context"] is not None
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"MODERATOR_KAFKA_SECURITY_PROTOCOL": "TLS"}, "MODERATOR_KAFKA_SECURITY_PROTOCOL"),
+        ({"MODERATOR_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "MODERATOR_KAFKA_SASL_USERNAME"),
+        ({"MODERATOR_KAFKA_SSL_CAFILE": "/nonexistent.pem"}, "MODERATOR_KAFKA_SSL_CAFILE"),
+        ({"MODERATOR_DEGRADED_MODE": "panic"}, "MODERATOR_DEGRADED_MODE"),
+    ],
+)
+def test_bad_security_and_overload_settings(env: dict[str, str], name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env(env)
