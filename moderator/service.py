@@ -112,6 +112,11 @@ class Moderator:
         return self._metrics_server.port if self._metrics_server is not None else None
 
     @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped a background task, if one did."""
+        return self._failure
+
+    @property
     def cache(self) -> VerdictCache:
         assert self._cache is not None, "start() first"
         return self._cache
