@@ -25,7 +25,7 @@ def test_block_wins_and_the_reason_is_the_widest_margin() -> None:
             "name": "p",
             "version": 3,
             "labels": {"a": {"nudge": 0.2}, "b": {"block": 0.5}, "c": {"block": 0.5}},
-        }  # fmt: skip
+        }
     )
     assert policy.decide({"a": 0.99, "b": 0.6, "c": 0.8}) == ("block", "c")
     assert policy.ident == "p@3"
