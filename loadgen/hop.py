@@ -20,9 +20,10 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from loadgen.kafka import assign_at_end, delete_topics, ensure_topics, make_consumer, make_producer
+from loadgen.kafka import assign_at_end, delete_topics, make_consumer, make_producer
 from loadgen.schedule import Arrivals, arrival_offsets
 from loadgen.stats import new_histogram, percentile_ms, record_s
+from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ async def measure_hop(
     sent = 0
     sending_done = False
     all_back = asyncio.Event()
-    await ensure_topics(bootstrap, [topic], partitions=1)
+    await ensure_topics(bootstrap, {topic: 1})
     try:
         async with AsyncExitStack() as stack:
             consumer = make_consumer(bootstrap)

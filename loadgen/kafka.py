@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 log = logging.getLogger(__name__)
 
@@ -43,24 +43,6 @@ def make_consumer(bootstrap: str) -> AIOKafkaConsumer:
         enable_auto_commit=False,
         fetch_max_wait_ms=CONSUMER_FETCH_MAX_WAIT_MS,
     )
-
-
-async def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int) -> list[str]:
-    """Create the topics that do not exist yet (with `partitions` each); return those created."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="loadgen")
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        missing = [topic for topic in dict.fromkeys(topics) if topic not in existing]
-        if missing:
-            await admin.create_topics(
-                [NewTopic(topic, num_partitions=partitions, replication_factor=1)
-                 for topic in missing]
-            )  # fmt: skip
-            log.info("created topics %s with %d partitions", missing, partitions)
-        return missing
-    finally:
-        await admin.close()
 
 
 async def delete_topics(bootstrap: str, topics: list[str]) -> None:

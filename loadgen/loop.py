@@ -1,24 +1,5 @@
-"""Run a coroutine on uvloop when it is installed, on the standard asyncio loop otherwise."""
+"""The load generator runs on the same loop choice as the moderator (uvloop when installed)."""
 
-from __future__ import annotations
+from moderator.loop import run
 
-import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
-
-T = TypeVar("T")
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop factory, or None (asyncio's default) when uvloop is not importable."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
-def run(main: Coroutine[Any, Any, T]) -> T:
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(main)
+__all__ = ["run"]

@@ -23,13 +23,14 @@ from hdrh.histogram import HdrHistogram
 
 from loadgen.config import LoadConfig
 from loadgen.hop import HopResult, measure_hop
-from loadgen.kafka import assign_at_end, ensure_topics, make_consumer, make_producer
+from loadgen.kafka import assign_at_end, make_consumer, make_producer
 from loadgen.machine import machine_info
 from loadgen.schedule import arrival_offsets
 from loadgen.stats import new_histogram, percentile_ms, record_s
 from loadgen.summary import LoadSummary
 from loadgen.tracker import DecisionTracker
 from loadgen.traffic import TrafficGenerator
+from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,9 @@ async def run_load(
         malformed_ratio=cfg.malformed_ratio,
         channels=cfg.channels,
     )
-    await ensure_topics(cfg.bootstrap, [cfg.in_topic, cfg.out_topic, cfg.dlq_topic], cfg.partitions)
+    await ensure_topics(
+        cfg.bootstrap, dict.fromkeys((cfg.in_topic, cfg.out_topic, cfg.dlq_topic), cfg.partitions)
+    )
     async with AsyncExitStack() as stack:
         consumer = make_consumer(cfg.bootstrap)
         await consumer.start()

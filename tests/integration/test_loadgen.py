@@ -22,10 +22,11 @@ import orjson
 import pytest
 
 from loadgen import LoadConfig, find_max, measure_hop, run_load
-from loadgen.kafka import assign_at_end, ensure_topics, make_consumer, make_producer
+from loadgen.kafka import assign_at_end, make_consumer, make_producer
 from moderator.embedded import EmbeddedKafka
 from moderator.errors import InvalidRecord
 from moderator.records import parse_message
+from moderator.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,9 @@ async def cfg(kafka: EmbeddedKafka) -> LoadConfig:
         hop=False,
         seed=1,
     )
-    await ensure_topics(cfg.bootstrap, [cfg.in_topic, cfg.out_topic, cfg.dlq_topic], 2)
+    await ensure_topics(
+        cfg.bootstrap, dict.fromkeys((cfg.in_topic, cfg.out_topic, cfg.dlq_topic), 2)
+    )
     return cfg
 
 
