@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Literal
@@ -29,6 +30,7 @@ from moderator.metrics import Metrics
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "moderator:verdict:v1:"
+WARN_EVERY_S = 60.0
 Level = Literal["l1", "redis", "miss"]
 
 
@@ -85,6 +87,7 @@ class VerdictCache:
         self._writes: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue(max_pending_writes)
         self._tasks: list[asyncio.Task[None]] = []
         self._redis_up = asyncio.Event()
+        self._last_warning_s = -WARN_EVERY_S
         self._redis_down = asyncio.Event()
 
     @property
@@ -135,7 +138,9 @@ class VerdictCache:
 
     def _trip(self, exc: BaseException) -> None:
         self.metrics.redis_errors.inc()
-        if self._redis_up.is_set():
+        now = time.monotonic()
+        if self._redis_up.is_set() and now - self._last_warning_s > WARN_EVERY_S:
+            self._last_warning_s = now  # a flapping Redis logs once a minute, not per flap
             log.warning(
                 "redis unavailable (%s: %s); serving from the in-process cache and the model, "
                 "retrying in the background",
