@@ -135,10 +135,10 @@ async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
         log.info("%s: finishing in-flight work (again to force)", signal.Signals(signum).name)
         stopping.append(asyncio.create_task(moderator.stop()))
 
+    await moderator.start()  # a signal before this point ends start-up the default way
     running = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         running.add_signal_handler(signum, on_signal, signum)
-    await moderator.start()
     print(
         f"metrics  http://{settings.metrics_host}:{moderator.metrics_port}/metrics "
         "(/healthz, /readyz)",

@@ -103,6 +103,7 @@ class Moderator:
         self._stopping = False
         self._started = False
         self._failure: BaseException | None = None
+        self._stop_task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -269,7 +270,7 @@ class Moderator:
         exc = task.exception() or RuntimeError(f"task {task.get_name()} ended unexpectedly")
         log.critical("%s failed; stopping the moderator", task.get_name(), exc_info=exc)
         self._failure = exc
-        asyncio.get_running_loop().create_task(self.stop())
+        self._stop_task = asyncio.get_running_loop().create_task(self.stop())
 
     def _set_ready(self, ready: bool) -> None:
         if ready:
