@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 FETCH_TIMEOUT_MS = 100
 MAX_PRODUCER_REQUEST_BYTES = 16 * 1024 * 1024  # dead letters carry the original value, any size
 RETRY_BACKOFF_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+RETRY_JITTER = 0.5  # each back-off is drawn from [0.5x, 1.5x]
 
 
 @dataclass(eq=False)
@@ -59,6 +61,10 @@ class _Unit:
     records: list[InboundRecord]
     task: asyncio.Task[list[Outcome]]
     fetched_at: float = field(default_factory=time.perf_counter)
+
+
+def _failed(future: asyncio.Future[Any]) -> bool:
+    return future.cancelled() or future.exception() is not None
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -293,7 +299,7 @@ class Moderator:
             await self._room.wait()
             batches = await self._consumer.getmany(
                 timeout_ms=FETCH_TIMEOUT_MS,
-                max_records=min(max_records, self.settings.max_in_flight - self._in_flight + 1),
+                max_records=min(max_records, self.settings.max_in_flight - self._in_flight),
             )
             records: list[InboundRecord] = []
             for tp, part in batches.items():
@@ -360,6 +366,9 @@ class Moderator:
     def _retry(self, delivery: _Delivery) -> None:
         exc = delivery.future.exception() if not delivery.future.cancelled() else None
         backoff_s = RETRY_BACKOFF_S[min(delivery.attempts, len(RETRY_BACKOFF_S) - 1)]
+        # Jitter: deliveries that failed together (one produce batch) must not be re-sent
+        # together forever, or a record the broker refuses for good drags its batch-mates down.
+        backoff_s *= random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)  # noqa: S311
         delivery.attempts += 1
         log.warning(
             "publishing to %s failed (%s); retry %d in %.2fs",
@@ -377,15 +386,15 @@ class Moderator:
     # -- committing ------------------------------------------------------------------------
 
     def _advance(self) -> None:
-        """Move each partition's committable offset past its acknowledged prefix."""
+        """Move each partition's committable offset past its acknowledged prefix, and re-send
+        every failed delivery (not only the first: one refused for good must not hold the
+        re-sends of those behind it)."""
         for tp, queue in self._deliveries.items():
-            while queue and queue[0].future.done():
-                head = queue[0]
-                if head.future.cancelled() or head.future.exception() is not None:
-                    self._retry(head)
-                    break
-                queue.popleft()
-                self._committable[tp] = head.offset + 1
+            while queue and queue[0].future.done() and not _failed(queue[0].future):
+                self._committable[tp] = queue.popleft().offset + 1
+            for delivery in queue:
+                if delivery.future.done() and _failed(delivery.future):
+                    self._retry(delivery)
 
     async def _commit(self, only: set[TopicPartition] | None = None) -> None:
         assert self._consumer is not None

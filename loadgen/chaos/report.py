@@ -1,0 +1,170 @@
+"""RELIABILITY.md from the scenarios' results: machine, faults table, hostile inputs, notes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+from collections.abc import Sequence
+
+from loadgen.chaos.hostile import DECISION, CaseOutcome
+from loadgen.chaos.results import ScenarioResult
+from loadgen.machine import machine_label
+
+BUDGET_MS = 50
+
+DEFINITIONS = f"""\
+- **sent**: valid chat messages read back from the inbound topic (what the broker accepted).
+- **decided**: those with at least one decision on the decisions topic by the end of the run.
+- **lost**: sent but never decided (must be 0). A valid message dead-lettered would count too.
+- **duplicated**: decisions beyond the first for one `message_id` (at-least-once redo).
+- **time to recover**, both counted from the moment the fault is injected (the signal sent, the
+  instances started, the burst begun):
+  - *first decision*: until the first decision of a message **sent after** that moment arrives;
+  - *p99 settled*: until the per-second p99 latency (messages grouped by the second they were
+    sent in, latency from the scheduled send time to the decision's arrival) is back within the
+    {BUDGET_MS} ms budget and stays there to the end of the run ("0.00 s": it never left; "-": not
+    within the run).
+- **p99**: over the whole run, first decisions only, open-loop (from the scheduled send time).
+"""
+
+STATIC_NOTES = """\
+- **Publishing failures are provoked for real, but one way only.** The embedded Tansu broker is
+  started with a JSON-schema registry whose schema for the decisions topic refuses any decision
+  whose `decided_at_ms` falls in a window of a few seconds: the broker answers INVALID_RECORD
+  (aiokafka reports it as `UnknownError`, code 87 is unknown to it), the moderator's delivery
+  future fails, and its retry path runs. Tansu reads schemas only at start-up, and a resend carries
+  the same bytes, so a refused decision stays refused: the partition's commits are held (which is
+  the contract) until the process restarts and decides the input again. Timeouts of produce
+  requests (a broker frozen past the producer's 40 s request timeout) and transient errors that
+  clear by themselves were not provoked: the moderator's producer request timeout is not a
+  setting, and a 40 s freeze would be a second broker-freeze scenario.
+- **Broker unreachable** is a SIGSTOP of the broker process (connections stay open, requests
+  hang), past the 10 s group session timeout. Dropping the port (a firewall rule) was not tried:
+  only loopback traffic is allowed and no firewall change was made.
+- **Redis** is tried both ways: SIGKILL (connections refused, restarted empty on the same port)
+  and SIGSTOP (calls hang until the 25 ms Redis timeout).
+- **One broker**: Tansu with in-memory storage and one replica; leader elections, ISR shrinks and
+  broker restarts with data loss are out of reach here.
+- The machine is shared and noisy (another benchmark may run at the same time): latency figures
+  are indicative, the loss, duplicate, order and exit-code figures are exact.
+"""
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def faults_table(results: Sequence[ScenarioResult]) -> list[str]:
+    lines = [
+        "| # | fault | sent | decided | lost | duplicated | first decision | p99 settled "
+        "| p99 | result |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for i, r in enumerate(results, 1):
+        verdict = "**pass**" if r.passed else ("**error**" if r.error else "**FAIL**")
+        lines.append(
+            f"| {i} | {_cell(r.title)}: {_cell(r.fault)} | {r.sent} | {r.decided} | {r.lost} "
+            f"| {r.duplicated} | {_s(r.first_s)} | {_s(r.settled_s)} | {_ms(r.p99_ms)} "
+            f"| {verdict} |"
+        )
+    return lines
+
+
+def details(r: ScenarioResult, index: int) -> list[str]:
+    lines = [f"### {index}. {r.title}", "", f"Fault: {r.fault}. Ran {r.wall_s:.0f} s.", ""]
+    if r.error:
+        lines += [f"**The scenario did not complete**: `{_cell(r.error)}`", ""]
+    for name, value in r.figures:
+        lines.append(f"- {name}: {value}")
+    if r.figures:
+        lines.append("")
+    for c in r.checks:
+        mark = "✅" if c.ok else "❌"
+        lines.append(f"- {mark} {c.what}" + (f" ({c.seen})" if c.seen else ""))
+    lines.append("")
+    for note in r.notes:
+        lines += [note, ""]
+    for name, tail in r.logs:
+        lines += [f"Log tail of {name}:", "", "```", tail, "```", ""]
+    return lines
+
+
+def hostile_table(rows: Sequence[CaseOutcome]) -> list[str]:
+    lines = [
+        "| input | what | sent | got | expected | ok |",
+        "|---|---|---:|---|---|---|",
+    ]
+    for row in rows:
+        got = ", ".join(f"{_label(k)} ×{v}" for k, v in sorted((row.outcomes or {}).items()))
+        expected = " or ".join(_label(k) for k in sorted(row.case.expect))
+        lines.append(
+            f"| `{row.case.name}` | {_cell(row.case.description)} | {row.sent} | {got} "
+            f"| {expected} | {'yes' if row.ok else '**NO**'} |"
+        )
+    return lines
+
+
+def _label(outcome: str) -> str:
+    if outcome == DECISION:
+        return "a decision"
+    if outcome == "nothing":
+        return "**nothing**"
+    return f"DLQ `{outcome}`"
+
+
+def render(results: Sequence[ScenarioResult], *, quick: bool, wall_s: float, command: str) -> str:
+    passed = sum(r.passed for r in results)
+    lines = [
+        "# Reliability",
+        "",
+        f"Regenerated by `{command}` on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC "
+        f"({'quick' if quick else 'full'} run, {wall_s / 60:.1f} min): every fault against real "
+        "processes (`python -m moderator run` children, the embedded Tansu broker, a real "
+        "`redis-server`), open-loop traffic from the load generator, every decision and dead "
+        "letter read back from the topics.",
+        "",
+        f"Machine: **{machine_label()}**, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}.",
+        "",
+        f"**{passed} of {len(results)} scenarios passed.**",
+        "",
+        "## Faults",
+        "",
+        *faults_table(results),
+        "",
+        "Definitions:",
+        "",
+        DEFINITIONS,
+    ]
+    for i, r in enumerate(results, 1):
+        lines += details(r, i)
+    hostile = [row for r in results for row in r.hostile]
+    if hostile:
+        lines += [
+            "## Hostile inputs",
+            "",
+            "Produced through the broker in one burst amid valid traffic; each record's outcome "
+            "is read back from the dead-letter topic (by its untouched key, with the "
+            "`moderator.error.code` header) or the decisions topic (by `message_id`).",
+            "",
+            *hostile_table(hostile),
+            "",
+        ]
+    failed = [r for r in results if not r.passed]
+    lines += ["## Notes", ""]
+    if failed:
+        lines += ["What failed in this run:", ""]
+        for r in failed:
+            why = r.error or "; ".join(f"{c.what} ({c.seen})" for c in r.checks if not c.ok)
+            lines.append(f"- **{r.title}**: {_cell(why)}")
+        lines.append("")
+    lines.append(STATIC_NOTES)
+    return "\n".join(lines).rstrip() + "\n"

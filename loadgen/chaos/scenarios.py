@@ -1,0 +1,629 @@
+"""The fault scenarios. Each runs real processes on a `Stage` of its own and returns a result.
+
+Time to recover, for every scenario, is counted from the moment the fault is injected:
+`first_s` until the first decision of a message sent after that moment arrives, `settled_s`
+until the per-second p99 (by send second) is back within the 50 ms budget for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from loadgen.chaos.hostile import CASES, DECISION, MIB, burst, judge
+from loadgen.chaos.ledger import Ledger
+from loadgen.chaos.procs import ModeratorProc, Names, metric_sum
+from loadgen.chaos.results import ScenarioResult, now_ms
+from loadgen.chaos.stage import BUDGET_MS, Stage, drain_rate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and times of a run; `make(quick=True)` is the short one.
+
+    Traffic runs `fault_at_s` before the fault and `after_s` after it ends, or `after_kill_s`
+    where a new group member must wait out a dead one's 10 s session.
+    """
+
+    quick: bool = False
+    rate: float = 80.0
+    fault_at_s: float = 8.0
+    after_s: float = 20.0
+    after_kill_s: float = 32.0
+    outage_s: float = 8.0
+    hold_s: float = 8.0
+    broker_freeze_s: float = 12.0
+    publish_window_s: float = 5.0
+    probe_messages: int = 2000
+    overload_s: float = 15.0
+    junk: int = 10_000
+    hostile_valid: int = 500
+
+    @classmethod
+    def make(cls, quick: bool) -> Plan:
+        if not quick:
+            return cls()
+        return cls(quick=True, fault_at_s=5.0, after_s=12.0, after_kill_s=26.0, outage_s=5.0,
+                   hold_s=4.0, publish_window_s=4.0, probe_messages=1000, overload_s=8.0,
+                   junk=3000, hostile_valid=150)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Context:
+    plan: Plan
+    model_dir: Path
+    log_dir: Path
+
+    def stage(self, tag: str, **kwargs: Any) -> Stage:
+        return Stage(tag, model_dir=self.model_dir, log_dir=self.log_dir, **kwargs)
+
+
+Scenario = Callable[[Context, ScenarioResult], Awaitable[None]]
+
+
+def _fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+async def _traffic_and_finish(
+    st: Stage,
+    res: ScenarioResult,
+    load: asyncio.Task[Any],
+    fault_ms: float | None,
+    *,
+    timeout_s: float = 120.0,
+) -> None:
+    """Wait for the traffic and for every decision, then fill the common figures."""
+    summary = await load
+    await st.obs.all_decided(timeout_s)
+    res.fill(st.obs.ledger, fault_ms, BUDGET_MS)
+    if summary.send_errors:
+        res.figure("load generator send errors", summary.send_errors)
+    res.figure("generator send lag p99", _fmt_ms(summary.send_lag_p99_ms))
+
+
+def _attach_logs(res: ScenarioResult, *procs: ModeratorProc) -> None:
+    for proc in procs:
+        res.logs.append((f"{proc.name} (pid {proc.pid})", proc.log_tail(25)))
+
+
+# -- 1. SIGKILL then restart -------------------------------------------------------------------
+
+
+async def sigkill_restart(ctx: Context, res: ScenarioResult) -> None:
+    p = ctx.plan
+    async with ctx.stage("kill") as st:
+        a = await st.start("a")
+        load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.after_kill_s))
+        await asyncio.sleep(p.fault_at_s)
+        fault_ms = now_ms()
+        a.kill()
+        b = st.spawn("b")  # restarted at once, as a supervisor would
+        committed = await st.committed()  # before b can join: what a had committed
+        ready_s = await asyncio.to_thread(b.wait_ready)
+        b_ready_ms = now_ms()
+        await _traffic_and_finish(st, res, load, fault_ms)
+        lg = st.obs.ledger
+        window = _uncommitted_decided(lg, committed, before_ms=b_ready_ms)
+        res.figure("committed offsets at the kill", _offsets(committed))
+        res.figure("decided but uncommitted at the kill (the redo window)", window)
+        res.figure("restart to ready", _fmt_s(ready_s))
+        res.check("duplicates stay within the uncommitted window", res.duplicated <= window,
+                  f"{res.duplicated} duplicated, window {window}")  # fmt: skip
+        res.check("the restarted instance runs", b.alive())
+        if not res.passed:
+            _attach_logs(res, a, b)
+
+
+def _uncommitted_decided(lg: Ledger, committed: dict[int, int | None], before_ms: float) -> int:
+    return sum(
+        1
+        for mid, inp in lg.inputs.items()
+        if inp.offset >= (committed.get(inp.partition) or 0)
+        and lg.first_ms.get(mid, float("inf")) < before_ms
+    )
+
+
+def _offsets(committed: dict[int, int | None]) -> str:
+    return " ".join(f"p{p}:{o if o is not None else '-'}" for p, o in sorted(committed.items()))
+
+
+# -- 2. instances join and leave -----------------------------------------------------------------
+
+COMMIT_FAILED_LOG = "commit failed"
+FAILED_COMMITS = 'moderator_commits_total{result="failed"}'
+
+
+async def rebalance(ctx: Context, res: ScenarioResult) -> None:
+    p = ctx.plan
+    async with ctx.stage("rebalance") as st:
+        a = await st.start("a")
+        load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.hold_s + p.after_kill_s))
+        await asyncio.sleep(p.fault_at_s)
+        join_ms = now_ms()
+        b, c = st.spawn("b"), st.spawn("c")
+        ready = await asyncio.gather(asyncio.to_thread(b.wait_ready),
+                                     asyncio.to_thread(c.wait_ready))  # fmt: skip
+        await asyncio.sleep(p.hold_s)
+        failed_bc = [x.metric(FAILED_COMMITS) or 0.0 for x in (b, c)]
+        leave_ms = now_ms()
+        exits = await asyncio.gather(asyncio.to_thread(b.terminate, 60),
+                                     asyncio.to_thread(c.terminate, 60))  # fmt: skip
+        await _traffic_and_finish(st, res, load, join_ms)
+        failed_a = a.metric(FAILED_COMMITS) or 0.0
+        logged = sum(x.count_log(COMMIT_FAILED_LOG) for x in (a, b, c))
+        violations = st.obs.ledger.order_violations()
+        res.figure("b, c ready after", " / ".join(_fmt_s(r) for r in ready))
+        res.figure("b, c SIGTERM exit (code, seconds)",
+                   " / ".join(f"{code}, {secs:.1f} s" for code, secs in exits))  # fmt: skip
+        res.figure("failed commits (metric: a at the end, b and c before they left)",
+                   f"{failed_a:.0f} + {failed_bc[0]:.0f} + {failed_bc[1]:.0f}")  # fmt: skip
+        res.figure("'commit failed' warnings in the three logs", logged)
+        res.figure("leave → first decision of a message sent after it",
+                   _fmt_s(st.obs.ledger.first_decision_after(leave_ms)))  # fmt: skip
+        res.check("a channel's decisions never go backwards", not violations,
+                  f"{len(violations)} out-of-order first decisions"
+                  + (f", e.g. {violations[0]}" if violations else ""))  # fmt: skip
+        res.check("the instances that left exited 0", all(code == 0 for code, _ in exits),
+                  [code for code, _ in exits])  # fmt: skip
+        res.check("the instance that stayed runs", a.alive())
+        if not res.passed:
+            _attach_logs(res, a, b, c)
+
+
+# -- 3. SIGTERM under load -----------------------------------------------------------------------
+
+
+async def sigterm(ctx: Context, res: ScenarioResult) -> None:
+    p = ctx.plan
+    deadline_s = 15.0
+    async with ctx.stage("term") as st:
+        a = await st.start("a", st.env(shutdown_timeout_s=str(deadline_s)))
+        load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.after_s))
+        await asyncio.sleep(p.fault_at_s)
+        fault_ms = now_ms()
+        code, exit_s = await asyncio.to_thread(a.terminate, 60)
+        committed = await st.committed()
+        lg = st.obs.ledger
+        await asyncio.sleep(0.5)  # let the observer read what a published last
+        undecided_committed = [
+            mid for mid, inp in lg.inputs.items()
+            if inp.offset < (committed.get(inp.partition) or 0) and mid not in lg.first_ms
+        ]  # fmt: skip
+        redo = _uncommitted_decided(lg, committed, before_ms=float("inf"))
+        b = await st.start("b")
+        await _traffic_and_finish(st, res, load, fault_ms)
+        res.figure("exit code, time to exit", f"{code}, {exit_s:.2f} s "
+                   f"(MODERATOR_SHUTDOWN_TIMEOUT_S={deadline_s:g})")  # fmt: skip
+        res.figure("committed offsets after exit", _offsets(committed))
+        res.figure("decided but left uncommitted by the exit (redone by the next)", redo)
+        res.check("exit code 0", code == 0, code)
+        res.check("exited within the shutdown deadline", exit_s <= deadline_s + 2,
+                  f"{exit_s:.2f} s")  # fmt: skip
+        res.check("nothing committed without its decision", not undecided_committed,
+                  f"{len(undecided_committed)} committed inputs without a decision")  # fmt: skip
+        res.check("duplicates only from the uncommitted rest", res.duplicated <= redo,
+                  f"{res.duplicated} duplicated, {redo} uncommitted")  # fmt: skip
+        if not res.passed:
+            _attach_logs(res, a, b)
+
+
+# -- 4. Redis killed, or frozen ------------------------------------------------------------------
+
+
+Samples = list[tuple[float, dict[str, float]]]
+
+
+async def _sample(
+    proc: ModeratorProc, names: tuple[str, ...], out: Samples, interval_s: float = 0.25
+) -> None:
+    while True:
+        text = await asyncio.to_thread(proc.metrics_text)
+        if text is not None:
+            out.append((now_ms(), {n: metric_sum(text, n) for n in names}))
+        await asyncio.sleep(interval_s)
+
+
+async def redis_outage(ctx: Context, res: ScenarioResult, *, freeze: bool) -> None:
+    p = ctx.plan
+    names = ("moderator_redis_up", "moderator_redis_errors_total")
+    async with ctx.stage("redis-freeze" if freeze else "redis-kill") as st:
+        redis = st.redis
+        assert redis is not None
+        a = await st.start("a")
+        samples: list[tuple[float, dict[str, float]]] = []
+        sampler = asyncio.create_task(_sample(a, names, samples))
+        load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.outage_s + p.after_s))
+        await asyncio.sleep(p.fault_at_s)
+        pid = redis.pid
+        assert pid is not None
+        fault_ms = now_ms()
+        if freeze:
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            redis.stop()
+        await asyncio.sleep(p.outage_s)
+        back_ms = now_ms()
+        if freeze:
+            os.kill(pid, signal.SIGCONT)
+        else:
+            await asyncio.to_thread(redis.start)  # same port, empty
+        await _traffic_and_finish(st, res, load, fault_ms)
+        sampler.cancel()
+        lg = st.obs.ledger
+
+        def at(t_ms: float, name: str) -> float:
+            before = [v[name] for t, v in samples if t <= t_ms]
+            return before[-1] if before else 0.0
+
+        down = [v["moderator_redis_up"] for t, v in samples if fault_ms <= t < back_ms]
+        up_again = [t for t, v in samples if t >= back_ms and v["moderator_redis_up"] == 1]
+        errors = at(back_ms, names[1]) - at(fault_ms, names[1])
+        flowing = lg.decided_between(fault_ms, back_ms)
+        start = lg.start_ms or fault_ms
+        before_p99 = lg.p_ms(0.99, start + 2000, fault_ms)
+        during_p99 = lg.p_ms(0.99, fault_ms, back_ms)
+        res.figure("decisions while Redis was " + ("frozen" if freeze else "down"), flowing)
+        res.figure("Redis errors counted while it was out", f"{errors:.0f}")
+        res.figure("p99 before / while out", f"{_fmt_ms(before_p99)} / {_fmt_ms(during_p99)}")
+        res.figure("breaker closed after Redis came back",
+                   _fmt_s((up_again[0] - back_ms) / 1000 if up_again else None))  # fmt: skip
+        res.check("moderator_redis_up went 0 while out", bool(down) and min(down) == 0,
+                  f"min {min(down) if down else '-'}")  # fmt: skip
+        res.check("moderator_redis_up back to 1 by itself", bool(up_again))
+        res.check("errors counted", errors >= 1, f"{errors:.0f}")
+        res.check("decisions kept flowing", flowing > 0, flowing)
+        res.check(
+            "Redis failures not paid per message (errors ≤ 5% of decisions while out)",
+            errors <= max(5.0, 0.05 * flowing),
+            f"{errors:.0f} errors, {flowing} decisions",
+        )
+        res.notes.append(
+            "Redis was " + ("frozen with SIGSTOP (calls time out)" if freeze else
+                            "killed with SIGKILL (connections refused) and restarted empty "
+                            "on the same port")
+            + f" for {p.outage_s:g} s, {p.fault_at_s:g} s into the traffic."
+        )  # fmt: skip
+        if not res.passed:
+            _attach_logs(res, a)
+
+
+async def redis_killed(ctx: Context, res: ScenarioResult) -> None:
+    await redis_outage(ctx, res, freeze=False)
+
+
+async def redis_frozen(ctx: Context, res: ScenarioResult) -> None:
+    await redis_outage(ctx, res, freeze=True)
+
+
+# -- 5. broker frozen --------------------------------------------------------------------------
+
+
+async def broker_frozen(ctx: Context, res: ScenarioResult) -> None:
+    p = ctx.plan
+    async with ctx.stage("broker-freeze", redis=False) as st:
+        assert st.broker is not None
+        a = await st.start("a")
+        traffic_s = p.fault_at_s + p.broker_freeze_s + p.after_kill_s
+        load = asyncio.create_task(st.load(p.rate, traffic_s))
+        await asyncio.sleep(p.fault_at_s)
+        fault_ms = now_ms()
+        st.broker.freeze()
+        await asyncio.sleep(p.broker_freeze_s)
+        st.broker.thaw()
+        thaw_ms = now_ms()
+        await _traffic_and_finish(st, res, load, fault_ms, timeout_s=180)
+        lg = st.obs.ledger
+        crashes = a.count_log("failed; stopping the moderator")
+        res.figure("frozen for", f"{p.broker_freeze_s:g} s (SIGSTOP, then SIGCONT)")
+        res.figure("thaw → first decision of a message sent after the thaw",
+                   _fmt_s(lg.first_decision_after(thaw_ms)))  # fmt: skip
+        res.figure(
+            "thaw → p99 within budget for good", _fmt_s(lg.back_under_budget(thaw_ms, BUDGET_MS))
+        )
+        res.figure("warnings logged", a.count_log("WARNING"))
+        res.check("the moderator never stopped (no crash, no restart)", a.alive() and not crashes,
+                  f"alive={a.alive()}, fatal log lines {crashes}")  # fmt: skip
+        if not res.passed:
+            _attach_logs(res, a)
+
+
+# -- 6. publishing decisions fails ------------------------------------------------------------
+
+
+def reject_window_schema(lo_ms: int, hi_ms: int) -> dict[str, Any]:
+    """A Tansu JSON schema refusing decisions decided in [lo_ms, hi_ms] (INVALID_RECORD)."""
+    return {
+        "title": "decisions refused in a window",
+        "type": "object",
+        "properties": {
+            "value": {
+                "type": "object",
+                "properties": {"decided_at_ms": {"not": {"minimum": lo_ms, "maximum": hi_ms}}},
+            }
+        },
+    }
+
+
+RETRY_LOG = re.compile(r"publishing to \S+ failed .*; retry (\d+) in ([\d.]+)s")
+
+
+async def publish_failure(ctx: Context, res: ScenarioResult) -> None:
+    p = ctx.plan
+    lead_s = 15.0  # the moderator must be consuming by then
+    window: list[int] = []
+
+    def schemas(names: Names) -> dict[str, dict[str, Any]]:
+        lo = int(now_ms() + lead_s * 1000)
+        window[:] = [lo, lo + int(p.publish_window_s * 1000)]
+        return {names.out_topic: reject_window_schema(window[0], window[1])}
+
+    async with ctx.stage("publish", schemas=schemas) as st:
+        a = await st.start("a", st.env(shutdown_timeout_s="5"))
+        lo_ms, hi_ms = window
+        if now_ms() > lo_ms - 3000:
+            raise RuntimeError("the moderator started too late for the refusal window")
+        traffic_s = (hi_ms - now_ms()) / 1000 + 10
+        load = asyncio.create_task(st.load(p.rate, traffic_s, drain_timeout_s=2.0))
+        await asyncio.sleep((lo_ms - now_ms()) / 1000)
+        fault_ms = now_ms()
+        await asyncio.sleep((hi_ms - now_ms()) / 1000 + 4)
+        lg = st.obs.ledger
+        stuck = [inp for mid, inp in lg.inputs.items()
+                 if mid not in lg.first_ms and inp.sent_at_ms < hi_ms]  # fmt: skip
+        committed = await st.committed()
+        passed_stuck = [i for i in stuck if (committed.get(i.partition) or 0) > i.offset]
+        retries_mid = a.metric("moderator_publish_retries_total") or 0.0
+        after = lg.decided_between(hi_ms, now_ms())
+        await load
+        retries_end = a.metric("moderator_publish_retries_total") or 0.0
+        backoffs = [float(m.group(2)) for m in RETRY_LOG.finditer(a.log_text())]
+        code, exit_s = await asyncio.to_thread(a.terminate, 60)
+        restart_ms = now_ms()
+        b = await st.start("b")
+        await st.obs.all_decided(120)
+        res.fill(lg, fault_ms, BUDGET_MS)
+        stuck_ids = {i.message_id for i in stuck}
+        redone_s = max((lg.first_ms[m] for m in stuck_ids if m in lg.first_ms), default=None)
+        res.figure("refusal window", f"{p.publish_window_s:g} s (Tansu schema on the decisions "
+                   "topic: decided_at_ms in the window → INVALID_RECORD)")  # fmt: skip
+        res.figure("decisions refused and held (inputs not decided 4 s after the window)",
+                   len(stuck))  # fmt: skip
+        res.figure("committed offsets while held", _offsets(committed))
+        res.figure("publish retries: 4 s after the window / at the end of the traffic",
+                   f"{retries_mid:.0f} / {retries_end:.0f}")  # fmt: skip
+        res.figure("back-offs seen in the log (s)", _backoff_summary(backoffs))
+        res.figure("decisions published after the window while others were held", after)
+        res.figure("SIGTERM with refused work held: exit code, time", f"{code}, {exit_s:.1f} s "
+                   "(MODERATOR_SHUTDOWN_TIMEOUT_S=5)")  # fmt: skip
+        res.figure("restart → held messages all decided",
+                   _fmt_s((redone_s - restart_ms) / 1000 if redone_s else None))  # fmt: skip
+        res.check("the broker really refused decisions", len(stuck) > 0, len(stuck))
+        res.check("no offset committed past a refused decision", not passed_stuck,
+                  f"{len(passed_stuck)} refused inputs below the committed offset")  # fmt: skip
+        res.check("retries back off", bool(backoffs) and max(backoffs) >= 1.0,
+                  f"max back-off {max(backoffs, default=0):.2f} s")  # fmt: skip
+        res.check("other decisions kept flowing", after > 0, after)
+        res.notes.append(
+            "A decision the broker refuses for good is re-sent with the same bytes forever: "
+            "its partition's commits stay held (correct: never committed without a decision) "
+            "until the moderator restarts and decides the input again. See the notes below."
+        )
+        if not res.passed:
+            _attach_logs(res, a, b)
+
+
+def _backoff_summary(backoffs: list[float]) -> str:
+    if not backoffs:
+        return "none"
+    distinct = sorted(set(backoffs))
+    return f"{len(backoffs)} retries, back-offs {', '.join(f'{b:g}' for b in distinct)}"
+
+
+# -- 7. overload -------------------------------------------------------------------------------
+
+
+async def overload(ctx: Context, res: ScenarioResult) -> None:
+    p = ctx.plan
+    cap = 1000
+    names = ("moderator_in_flight", "moderator_consumer_lag", "moderator_degraded_decisions_total")
+    async with ctx.stage("overload") as st:
+        saturation = await drain_rate(st, p.probe_messages)
+        rate = round(3 * saturation)
+        a = await st.start("a", st.env(degraded_mode="lexical", max_in_flight=str(cap)))
+        samples: list[tuple[float, dict[str, float]]] = []
+        rss: list[tuple[float, int]] = []
+        sampler = asyncio.create_task(_sample(a, names, samples))
+        rss_task = asyncio.create_task(_sample_rss(a, rss))
+        await asyncio.sleep(1.0)
+        base_kb = a.rss_kb() or 0
+        fault_ms = now_ms()
+        load = asyncio.create_task(st.load(rate, p.overload_s, dup_ratio=0.0))
+        summary = await load
+        end_ms = fault_ms + p.overload_s * 1000
+        await st.obs.all_decided(180)
+        await asyncio.sleep(2.5)  # two lag samples after the catch-up
+        sampler.cancel()
+        rss_task.cancel()
+        lg = st.obs.ledger
+        res.fill(lg, fault_ms, BUDGET_MS)
+        peak_kb = max((kb for _, kb in rss), default=0)
+        in_flight = max((v["moderator_in_flight"] for _, v in samples), default=0.0)
+        lag_peak = max((v["moderator_consumer_lag"] for _, v in samples), default=0.0)
+        lag_zero = [t for t, v in samples if t > end_ms and v["moderator_consumer_lag"] == 0]
+        caught_ms = max(lg.first_ms.values(), default=end_ms)
+        res.figure("saturation (drain of a backlog, model on every message)",
+                   f"{saturation:.0f} msgs/s")  # fmt: skip
+        res.figure("offered", f"{rate} msgs/s (3x) for {p.overload_s:g} s; generator reached "
+                   f"{summary.offered_rate_per_s:.0f}/s")  # fmt: skip
+        res.figure("degraded decisions", f"{len(lg.degraded)} of {lg.decided} "
+                   f"({len(lg.degraded) / max(lg.decided, 1):.0%})")  # fmt: skip
+        res.figure("RSS before / peak", f"{base_kb / 1024:.0f} / {peak_kb / 1024:.0f} MiB")
+        res.figure("in flight, peak (cap)", f"{in_flight:.0f} ({cap})")
+        res.figure("consumer lag, peak", f"{lag_peak:.0f}")
+        res.figure("burst end → last decision (caught up)",
+                   _fmt_s(max(0.0, (caught_ms - end_ms) / 1000)))  # fmt: skip
+        res.figure("burst end → lag 0 on /metrics",
+                   _fmt_s((lag_zero[0] - end_ms) / 1000 if lag_zero else None))  # fmt: skip
+        res.check("degraded decisions appear, marked", len(lg.degraded) > 0, len(lg.degraded))
+        res.check("in flight never above the cap", in_flight <= cap, f"{in_flight:.0f}")
+        res.check(
+            "memory bounded (peak RSS < before + 256 MiB)",
+            peak_kb - base_kb < 256 * 1024,
+            f"+{(peak_kb - base_kb) / 1024:.0f} MiB",
+        )
+        res.check("the stream caught up (lag back to 0)", bool(lag_zero))
+        if not res.passed:
+            _attach_logs(res, a)
+
+
+async def _sample_rss(proc: ModeratorProc, out: list[tuple[float, int]]) -> None:
+    while True:
+        kb = proc.rss_kb()
+        if kb is not None:
+            out.append((now_ms(), kb))
+        await asyncio.sleep(0.2)
+
+
+# -- 8. hostile input --------------------------------------------------------------------------
+
+
+async def hostile_input(ctx: Context, res: ScenarioResult) -> None:
+    p = ctx.plan
+    records = burst(p.junk, p.hostile_valid)
+    async with ctx.stage("hostile") as st:
+        a = await st.start("a")
+        load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.after_s))
+        await asyncio.sleep(p.fault_at_s)
+        fault_ms = now_ms()
+        await _produce_raw(st.bootstrap, st.names.in_topic, records)
+        sent_ms = now_ms()
+        keys = {r.key for r in records}
+        lg = st.obs.ledger
+
+        def accounted(ledger: Ledger) -> bool:
+            done = sum(1 for k in keys if k in ledger.dead or k.decode() in ledger.first_ms)
+            return done == len(keys)
+
+        if not await st.obs.wait_for(accounted, 180):
+            missing = [r.case for r in records
+                       if r.key not in lg.dead and r.key.decode() not in lg.first_ms]  # fmt: skip
+            res.notes.append(f"{len(missing)} hostile records had no outcome after 180 s: "
+                             f"{sorted(set(missing))[:10]}")  # fmt: skip
+        done_ms = now_ms()
+        await _traffic_and_finish(st, res, load, fault_ms)
+        res.hostile = judge(records, lg.dead, set(lg.first_ms))
+        junk = [r for r in records if not CASES[r.case].valid]
+        window_ms = max(done_ms, fault_ms + 3000) - fault_ms
+        start = lg.start_ms or fault_ms
+        base_lo = start + 2000
+        base_ms = max(fault_ms - base_lo, 1.0)
+        during = _valid_decided(lg, fault_ms, fault_ms + window_ms) / (window_ms / 1000)
+        before = _valid_decided(lg, base_lo, fault_ms) / (base_ms / 1000)
+        ratio = during / before if before else None
+        n_junk = sum(1 for r in records if DECISION not in _expect(r.case))
+        res.figure("hostile records", f"{n_junk} junk + {len(records) - n_junk} valid, "
+                   f"produced in {(sent_ms - fault_ms) / 1000:.2f} s")  # fmt: skip
+        res.figure("burst → every hostile record dead-lettered or decided",
+                   _fmt_s((done_ms - fault_ms) / 1000))  # fmt: skip
+        res.figure(
+            "valid traffic decided/s before / during the burst",
+            f"{before:.1f} / {during:.1f} (ratio {ratio:.2f})" if ratio else "-",
+        )
+        res.figure("valid traffic p99 sent before / during the burst",
+                   f"{_fmt_ms(lg.p_ms(0.99, base_lo, fault_ms))} / "
+                   f"{_fmt_ms(lg.p_ms(0.99, fault_ms, fault_ms + window_ms))}")  # fmt: skip
+        res.figure(
+            "dead letters by code", ", ".join(f"{k} {v}" for k, v in sorted(lg.dead_count.items()))
+        )
+        bad_cases = [row.case.name for row in res.hostile if not row.ok]
+        res.check(
+            "every junk record dead-lettered with the expected code, every valid one decided",
+            not bad_cases,
+            ", ".join(bad_cases) or f"{len(junk)} records",
+        )
+        res.check(
+            "valid throughput kept during the burst (≥ 0.8 of before)",
+            ratio is not None and ratio >= 0.8,
+            f"{ratio:.2f}" if ratio else "-",
+        )
+        if not res.passed:
+            _attach_logs(res, a)
+
+
+def _expect(case: str) -> frozenset[str]:
+    return CASES[case].expect
+
+
+def _valid_decided(lg: Ledger, lo_ms: float, hi_ms: float) -> int:
+    """Load-generator (not hostile) messages first decided in [lo_ms, hi_ms)."""
+    return sum(
+        1 for mid, t in lg.first_ms.items() if lo_ms <= t < hi_ms and not mid.startswith("h-")
+    )
+
+
+async def _produce_raw(bootstrap: str, topic: str, records: list[Any]) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=8 * MIB,
+        client_id="chaos-hostile",
+    )  # fmt: skip
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=r.value, key=r.key) for r in records]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+# -- the list ----------------------------------------------------------------------------------
+
+SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
+    "sigkill": ("SIGKILL mid-stream, restart", "moderator SIGKILLed under load, a new one "
+                "started at once", sigkill_restart),
+    "rebalance": ("Instances join, then leave", "two more instances join the group under load, "
+                  "then leave with SIGTERM", rebalance),
+    "sigterm": ("SIGTERM under load", "SIGTERM under load; a new instance started after "
+                "the exit", sigterm),
+    "redis-kill": ("Redis killed, restarted", "Redis SIGKILLed under load, restarted empty "
+                   "on its port", redis_killed),
+    "redis-freeze": ("Redis frozen", "Redis SIGSTOPped under load (calls hang), then "
+                     "SIGCONT", redis_frozen),
+    "broker-freeze": ("Broker frozen", "the Kafka broker SIGSTOPped under load, then "
+                      "SIGCONT", broker_frozen),
+    "publish-fail": ("Publishing decisions fails", "the broker refuses decisions "
+                     "(INVALID_RECORD) for a few seconds", publish_failure),
+    "overload": ("Overload at 3x saturation", "3x the saturation rate, degraded mode "
+                 "lexical, in-flight cap 1000", overload),
+    "hostile": ("Hostile input burst", "a burst of junk records and nasty valid chat amid "
+                "valid traffic", hostile_input),
+}  # fmt: skip
+
+
+async def run_scenario(ctx: Context, key: str) -> ScenarioResult:
+    title, fault, scenario = SCENARIOS[key]
+    res = ScenarioResult(key, title, fault)
+    start = time.monotonic()
+    try:
+        await scenario(ctx, res)
+    except Exception as exc:
+        log.exception("scenario %s failed", key)
+        res.error = f"{type(exc).__name__}: {exc}"
+    res.wall_s = time.monotonic() - start
+    return res

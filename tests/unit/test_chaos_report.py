@@ -1,0 +1,70 @@
+"""RELIABILITY.md rendering and the small parsers the chaos run relies on."""
+
+from __future__ import annotations
+
+from loadgen.chaos.hostile import CASES, CaseOutcome
+from loadgen.chaos.procs import metric_sum
+from loadgen.chaos.report import render
+from loadgen.chaos.results import ScenarioResult
+from loadgen.chaos.scenarios import SCENARIOS, Plan, reject_window_schema
+
+METRICS = """\
+# HELP moderator_commits_total Offset commits
+# TYPE moderator_commits_total counter
+moderator_commits_total{result="ok"} 12.0
+moderator_commits_total{result="failed"} 3.0
+moderator_in_flight 7.0
+moderator_in_flight_extra 100.0
+"""
+
+
+def test_metric_sum_reads_one_sample_or_the_sum_of_a_family() -> None:
+    assert metric_sum(METRICS, 'moderator_commits_total{result="failed"}') == 3.0
+    assert metric_sum(METRICS, "moderator_commits_total") == 15.0
+    assert metric_sum(METRICS, "moderator_in_flight") == 7.0
+    assert metric_sum(METRICS, "moderator_absent") == 0.0
+
+
+def result(key: str, *, ok: bool) -> ScenarioResult:
+    r = ScenarioResult(key, f"title {key}", "a | fault")
+    r.sent, r.decided, r.lost, r.duplicated = 100, 100 if ok else 99, 0 if ok else 1, 2
+    r.first_s, r.settled_s, r.p99_ms = 1.234, None, 42.0
+    r.check("no message lost", ok, "seen")
+    r.figure("a figure", "3 s")
+    return r
+
+
+def test_the_report_has_the_machine_the_tables_and_what_failed() -> None:
+    good, bad = result("a", ok=True), result("b", ok=False)
+    bad.logs.append(("b (pid 1)", "a log line"))
+    good.hostile = [
+        CaseOutcome(CASES["zalgo"], sent=3, outcomes={"decision": 3}),
+        CaseOutcome(CASES["tombstone"], sent=2, outcomes={"empty_value": 2}),
+    ]
+    text = render([good, bad], quick=True, wall_s=90, command="python -m loadgen.chaos --quick")
+    assert "Machine: **" in text
+    assert "**1 of 2 scenarios passed.**" in text
+    assert (
+        "| 1 | title a: a \\| fault | 100 | 100 | 0 | 2 | 1.23 s | - | 42 ms | **pass** |" in text
+    )
+    assert "**FAIL**" in text
+    assert "## Hostile inputs" in text
+    assert "| `zalgo` |" in text
+    assert "a decision ×3" in text
+    assert "DLQ `empty_value` ×2" in text
+    assert "What failed in this run:" in text
+    assert "a log line" in text
+
+
+def test_every_scenario_is_listed_and_quick_is_shorter() -> None:
+    assert list(SCENARIOS) == ["sigkill", "rebalance", "sigterm", "redis-kill", "redis-freeze",
+                               "broker-freeze", "publish-fail", "overload", "hostile"]  # fmt: skip
+    full, quick = Plan.make(quick=False), Plan.make(quick=True)
+    assert quick.after_s < full.after_s
+    assert quick.junk < full.junk == 10_000
+
+
+def test_the_refusal_schema_names_the_window() -> None:
+    schema = reject_window_schema(10, 20)
+    rule = schema["properties"]["value"]["properties"]["decided_at_ms"]
+    assert rule == {"not": {"minimum": 10, "maximum": 20}}
