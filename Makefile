@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 MODEL_DIR := models/build/chat-minilm
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help install redis model demo test lint typecheck check bench report clean
+.PHONY: help install redis model demo test lint typecheck check bench chaos report clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ check: lint typecheck  ## lint and type-check
 
 bench: install  ## regenerate BENCHMARKS.md (minutes; not part of the tests)
 	$(BIN)/python -m loadgen.bench
+
+chaos: install  ## fault scenarios against real processes; regenerates RELIABILITY.md (~10 min)
+	$(BIN)/python -m loadgen.chaos
 
 report: install  ## regenerate models/REPORT.md
 	$(BIN)/moderator model evaluate --model $(MODEL_DIR)
