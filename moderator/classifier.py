@@ -124,6 +124,11 @@ class Classifier:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # ORT's idle worker threads busy-wait by default. Next to an event loop, a broker client
+        # and Redis on a few cores that spinning starves them: on 2 cores it turned a 12 ms p50
+        # into 500 ms (BENCHMARKS.md, "spin"). Sleeping threads cost microseconds per batch.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         self.threads = threads
         self.session = ort.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]

@@ -90,7 +90,7 @@ class Settings:
     budget_ms: float = 50.0
     metrics_port: int = 9108
     metrics_host: str = "127.0.0.1"
-    max_batch: int = 32
+    max_batch: int = 8
     max_in_flight: int = 2000
     max_record_bytes: int = 65536
     cache_ttl_s: int = 86400

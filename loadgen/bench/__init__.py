@@ -1,0 +1,1 @@
+"""Benchmark suite: `python -m loadgen.bench` regenerates BENCHMARKS.md (see __main__)."""

@@ -1,0 +1,311 @@
+"""`python -m loadgen.bench [--quick]`: run the benchmark suite and regenerate BENCHMARKS.md.
+
+Sections run in order (ladder, pipeline with memory, scale-up); after each one the results are
+saved (`models/build/bench/results.json`) and the report and plots are written, so a partial run
+still leaves a report. `--report-only` re-renders the report from the saved results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen.bench import artifacts, plots, report
+from loadgen.bench.ladder import RungResult
+from loadgen.bench.memory import memory_from_pipeline
+from loadgen.machine import machine_info, machine_label, usable_cores
+from moderator.config import REPO_ROOT
+
+log = logging.getLogger("loadgen.bench")
+
+SECTIONS = ("ladder", "pipeline", "spin", "scaleup")
+RESULTS_FILE = artifacts.BENCH_BUILD_DIR / "results.json"
+SPIN_FALLBACK_RATE = {"distilbert-base": 80.0, "minilm-l6": 200.0}  # without a pipeline run
+
+
+@dataclass(frozen=True)
+class Plan:
+    ladder_budget_s: float
+    ladder_texts: int
+    ladder_backlog: int
+    backlog: dict[str, int]  # messages per drain, per shape
+    latency_duration_s: float
+    scaleup_duration_s: float
+    profile: bool
+    shapes: tuple[str, ...]  # models the pipeline and scale-up sections run
+
+
+FULL = Plan(
+    10.0,
+    300,
+    300,
+    {"distilbert-base": 3000, "minilm-l6": 8000},
+    15.0,
+    12.0,
+    True,
+    ("distilbert-base", "minilm-l6"),
+)
+# The smoke version: short time boxes, and only the default model through Kafka.
+QUICK = Plan(
+    1.5, 120, 120, {"distilbert-base": 500, "minilm-l6": 1500}, 4.0, 4.0, False, ("minilm-l6",)
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m loadgen.bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="a ~3-minute smoke version")
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help=f"comma-separated subset of {','.join(SECTIONS)}")  # fmt: skip
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
+    p.add_argument("--plots", type=Path, default=REPO_ROOT / "bench", help="PNG folder")
+    p.add_argument("--results", type=Path, default=RESULTS_FILE, help="results JSON")
+    p.add_argument("--threads", type=int, default=None,
+                   help="intra-op threads (default: the cores we may use)")  # fmt: skip
+    p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
+    p.add_argument("--report-only", action="store_true", help="re-render from --results")
+    return p
+
+
+class Bench:
+    """One run of the suite: the results so far, and writing them out."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.plan = QUICK if args.quick else FULL
+        self.threads = args.threads or min(usable_cores(), 4)
+        self.started = time.monotonic()
+        self.results: dict[str, Any] = {
+            "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "quick": bool(args.quick),
+            "machine": machine_info(),
+            "machine_label": machine_label(),
+            "threads": self.threads,
+            "load_before": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+            "load_note": busy_note(),
+        }
+
+    def sample_load(self, section: str) -> None:
+        """Record the load average and other busy processes at the end of a section."""
+        hogs = other_cpu_hogs()
+        self.results.setdefault("load_during", []).append(
+            {
+                "section": section,
+                "loadavg": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+                "others": hogs,
+            }
+        )
+
+    def save(self) -> None:
+        self.results["duration_s"] = round(time.monotonic() - self.started)
+        self.args.results.parent.mkdir(parents=True, exist_ok=True)
+        self.args.results.write_text(json.dumps(self.results, indent=1, default=str))
+        write_report(self.results, self.args.out, self.args.plots)
+
+    def ladder(self) -> None:
+        from loadgen.bench import ladder
+        from loadgen.bench.texts import bench_texts, repeat_share
+
+        plan = ladder.LadderPlan(self.plan.ladder_budget_s, self.plan.ladder_texts,
+                                 self.plan.ladder_backlog)  # fmt: skip
+        arts = artifacts.build_all()
+        texts = bench_texts(plan.texts)
+        repeats = bench_texts(plan.backlog, dup_ratio=0.4)
+        section: dict[str, Any] = {
+            "texts_note": f"{plan.texts} lines, no repeats; the cache rungs: {plan.backlog} "
+            f"lines at dup_ratio 0.4, {repeat_share(repeats):.0%} exact repeats",
+            "rungs": {},
+        }
+        self.results["ladder"] = section
+        tok = artifacts.DEFAULT_TOKENIZER
+        section["baseline"] = ladder.baseline(texts, plan, self.threads, tok).as_dict()
+        for shape in artifacts.SHAPES:
+            rows: list[dict[str, Any]] = []
+            section["rungs"][shape] = rows
+            ladder.climb(
+                arts[shape],
+                texts,
+                repeats,
+                plan,
+                threads=self.threads,
+                tokenizer=tok,
+                on_rung=functools.partial(_append_rung, rows),
+            )
+            self.sample_load(f"ladder {shape}")
+            self.save()
+
+    def pipeline(self, bootstrap: str) -> None:
+        from loadgen.bench.pipeline import PipelinePlan, run_model
+
+        section: dict[str, Any] = {}
+        self.results["pipeline"] = section
+        for shape, model_dir in self._models():
+            plan = PipelinePlan(
+                backlog=self.plan.backlog[shape],
+                latency_duration_s=self.plan.latency_duration_s,
+                bare_budget_s=self.plan.ladder_budget_s,
+                profile=self.plan.profile and not self.args.no_profile,
+            )
+
+            def checkpoint(partial: dict[str, Any], shape: str = shape) -> None:
+                section[shape] = partial
+                self.results["memory"] = memory_from_pipeline(section)
+                self.save()
+
+            section[shape] = run_model(bootstrap, shape, model_dir, plan, threads=self.threads,
+                                       checkpoint=checkpoint)  # fmt: skip
+            self.results["memory"] = memory_from_pipeline(section)
+            self.sample_load(f"pipeline {shape}")
+            self.save()
+
+    def spin(self, bootstrap: str) -> None:
+        from loadgen.bench.spin import run_spin
+
+        section: dict[str, Any] = {}
+        self.results["spin"] = section
+        pipeline = self.results.get("pipeline") or {}
+        for shape, model_dir in self._models():
+            drained = (pipeline.get(shape) or {}).get("pipeline", {}).get("drain", {})
+            rate = 0.5 * float(drained.get("msgs_per_s") or SPIN_FALLBACK_RATE[shape] * 2)
+            duration_s = self.plan.latency_duration_s
+            section[shape] = run_spin(bootstrap, shape, model_dir, threads=self.threads,
+                                      rate=rate, duration_s=duration_s)  # fmt: skip
+            self.sample_load(f"spin {shape}")
+            self.save()
+
+    def scaleup(self, bootstrap: str) -> None:
+        from loadgen.bench.scaleup import run_scaleup
+
+        section: dict[str, Any] = {}
+        self.results["scaleup"] = section
+        for shape, model_dir in self._models():
+            section[shape] = run_scaleup(
+                bootstrap, shape, model_dir, cores=usable_cores(), threads=self.threads,
+                backlog=self.plan.backlog[shape], duration_s=self.plan.scaleup_duration_s,
+            )  # fmt: skip
+            self.sample_load(f"scale-up {shape}")
+            self.save()
+
+    def _models(self) -> list[tuple[str, Path]]:
+        dirs = {"distilbert-base": artifacts.distilbert_model_dir,
+                "minilm-l6": lambda: artifacts.DEFAULT_MODEL_DIR}  # fmt: skip
+        return [(shape, dirs[shape]()) for shape in self.plan.shapes]
+
+
+def _append_rung(rows: list[dict[str, Any]], rung: RungResult) -> None:
+    rows.append(rung.as_dict())
+
+
+def _ancestors(pid: int) -> set[int]:
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return seen
+
+
+def other_cpu_hogs(min_cpu_pct: float = 20.0) -> list[str]:
+    """Processes not started by this run using much CPU (ps' lifetime average), for the report."""
+    try:
+        ps = subprocess.run(["ps", "-eo", "pid,pcpu,etime,args", "--sort=-pcpu"],
+                            capture_output=True, text=True, timeout=5, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    me = os.getpid()
+    out = []
+    for line in ps.stdout.splitlines()[1:15]:
+        parts = line.split(None, 3)
+        if len(parts) < 4:
+            continue
+        pid, cpu = int(parts[0]), float(parts[1])
+        if cpu < min_cpu_pct or me in _ancestors(pid):
+            continue
+        out.append(f"{cpu:.0f}% `{parts[3][:80]}` (running {parts[2]})")
+    return out
+
+
+def busy_note() -> str:
+    """Other processes using a lot of CPU right now (the machine is shared)."""
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        return ""
+    if load1 < 0.5:
+        return "The machine was otherwise idle."
+    return (
+        f"The machine was not idle when the run began (1-minute load {load1:.2f} on "
+        f"{usable_cores()} cores): absolute numbers are pessimistic, ratios less affected."
+    )
+
+
+def write_report(results: dict[str, Any], out: Path, plot_dir: Path) -> None:
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    label = str(results.get("machine_label", ""))
+    made: list[str] = []
+    if results.get("ladder"):
+        path = plots.plot_ladder(results["ladder"], plot_dir / "ladder.png", label)
+        if path is not None:
+            made.append(os.path.relpath(path, out.parent))
+    if results.get("pipeline"):
+        path = plots.plot_latency(
+            results["pipeline"], plot_dir / "latency.png", label, results.get("spin")
+        )
+        if path is not None:
+            made.append(os.path.relpath(path, out.parent))
+    results["plots"] = made
+    notes = results.get("notes") or []
+    out.write_text(report.render(results, notes))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s",
+                        stream=sys.stderr)  # fmt: skip
+    logging.getLogger("loadgen").setLevel(logging.INFO)
+    if args.report_only:
+        results = json.loads(args.results.read_text())
+        write_report(results, args.out, args.plots)
+        print(f"wrote {args.out}")
+        return 0
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        print(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}", file=sys.stderr)
+        return 2
+    bench = Bench(args)
+    log.info("benchmark on %s, %d threads, %s", bench.results["machine_label"], bench.threads,
+             "quick" if args.quick else "full")  # fmt: skip
+    if "ladder" in sections:
+        bench.ladder()
+    if {"pipeline", "spin", "scaleup"} & set(sections):
+        from moderator.embedded import EmbeddedKafka
+
+        artifacts.build_all()
+        with EmbeddedKafka() as kafka:
+            if "pipeline" in sections:
+                bench.pipeline(kafka.bootstrap)
+            if "spin" in sections and not args.quick:
+                bench.spin(kafka.bootstrap)
+            if "scaleup" in sections:
+                bench.scaleup(kafka.bootstrap)
+    bench.save()
+    print(f"wrote {args.out} in {bench.results['duration_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The whole pipeline through Kafka and Redis, against the bare model on the same texts.
+
+Per model: the bare model scores a backlog in-process (the runtime's `BatchScorer`, max_batch
+32, the service's default, same threads); then a fresh `moderator run` (cache off) drains the
+same texts through the embedded broker, and the ratio of the two is the pipeline's share. The
+drain rate is the saturation rate; open-loop runs of the load generator at 25%, 50% and 90% of
+it give the end-to-end latency, with the broker's own hop measured alone in the same run. Last,
+cache on (L1 + a fresh Redis) vs off at 40% repeats.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen.bench.ladder import backlog_rung
+from loadgen.bench.profile import finish_profile, start_profile
+from loadgen.bench.stack import (
+    ModeratorConfig,
+    RunNames,
+    create_topics,
+    drain,
+    moderator,
+    read_status_kb,
+    warm_up,
+)
+from loadgen.bench.texts import SEED, bench_texts
+from loadgen.config import LoadConfig
+from loadgen.hop import HopResult, measure_hop
+from loadgen.loop import run
+from loadgen.runner import run_load
+from loadgen.summary import LoadSummary
+from moderator.classifier import Classifier
+
+log = logging.getLogger(__name__)
+
+LOAD_FRACTIONS = (0.25, 0.5, 0.9)
+SERVICE_MAX_BATCH = 32  # Settings.max_batch's default
+SUMMARY_KEYS = (
+    "rate", "duration_s", "sent", "decided", "missing", "throughput_per_s", "p50_ms", "p90_ms",
+    "p99_ms", "p999_ms", "max_ms", "over_budget_ratio", "server_total_p50_ms",
+    "server_total_p99_ms", "send_lag_p99_ms", "percentiles_ms",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    backlog: int  # messages per drain
+    latency_duration_s: float
+    bare_budget_s: float
+    profile: bool
+
+
+def summary_dict(summary: LoadSummary) -> dict[str, Any]:
+    full = summary.as_dict()
+    return {key: full[key] for key in SUMMARY_KEYS}
+
+
+def drain_run(
+    bootstrap: str,
+    cfg: ModeratorConfig,
+    texts: Sequence[str],
+    *,
+    tag: str,
+    profile_texts: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """A fresh moderator drains `texts`; its memory after warm-up; optionally a profiled drain."""
+    names = RunNames.fresh(tag)
+    run(create_topics(bootstrap, names))
+    with moderator(cfg, bootstrap, names) as mp:
+        run(warm_up(bootstrap, names, texts))
+        pids = mp.pids()
+        warm = [read_status_kb(pid) for pid in pids]
+        result = run(drain(bootstrap, names, texts, prefix=f"{tag}-d", timeout_s=300))
+        after = [read_status_kb(pid) for pid in pids]
+        profile = None
+        if profile_texts:
+            with tempfile.TemporaryDirectory(prefix="bench-prof-") as tmp:
+                out = Path(tmp) / "profile.txt"
+                seconds = len(profile_texts) / max(result.msgs_per_s, 1.0)
+                spy = start_profile(pids[0], seconds, out)
+                run(drain(bootstrap, names, profile_texts, prefix=f"{tag}-p", timeout_s=300))
+                profile = finish_profile(spy, out)
+    log.info("%s: drained %d/%d in %.2f s = %.1f msg/s (%d cached)", tag, result.decided,
+             result.messages, result.seconds, result.msgs_per_s, result.cached)  # fmt: skip
+    return {"drain": result.as_dict(), "rss_warm_kb": warm, "rss_after_kb": after,
+            "profile": profile, "config": _cfg_dict(cfg)}  # fmt: skip
+
+
+def latency_run(
+    bootstrap: str, cfg: ModeratorConfig, rate: float, duration_s: float, hop: HopResult, tag: str
+) -> dict[str, Any]:
+    """Open-loop load at `rate` against a fresh moderator (the load generator, dup_ratio 0)."""
+    names = RunNames.fresh(tag)
+    run(create_topics(bootstrap, names))
+    with moderator(cfg, bootstrap, names) as mp:
+        run(warm_up(bootstrap, names, bench_texts(64)))
+        summary = run(
+            run_load(
+                LoadConfig(
+                    bootstrap=bootstrap, rate=round(rate, 1), duration_s=duration_s,
+                    dup_ratio=0.0, in_topic=names.in_topic, out_topic=names.out_topic,
+                    dlq_topic=names.dlq_topic, hop=False, seed=SEED, drain_timeout_s=20.0,
+                ),
+                hop=hop,
+            )
+        )  # fmt: skip
+        del mp
+    out = summary_dict(summary)
+    log.info("%s at %.0f/s: p50 %s p99 %s ms, %d missing", tag, rate, out["p50_ms"],
+             out["p99_ms"], out["missing"])  # fmt: skip
+    return out
+
+
+def _cfg_dict(cfg: ModeratorConfig) -> dict[str, Any]:
+    return {"model_dir": str(cfg.model_dir), "threads": cfg.threads, "workers": cfg.workers,
+            "cache": cfg.cache}  # fmt: skip
+
+
+def run_model(
+    bootstrap: str,
+    shape: str,
+    model_dir: Path,
+    plan: PipelinePlan,
+    *,
+    threads: int,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Bare vs pipeline, latency at three loads, cache on vs off, for one model."""
+    texts = bench_texts(plan.backlog)
+    repeats = bench_texts(plan.backlog, dup_ratio=0.4)
+    out: dict[str, Any] = {"model_dir": str(model_dir), "threads": threads,
+                           "backlog": plan.backlog}  # fmt: skip
+
+    def save() -> None:
+        if checkpoint is not None:
+            checkpoint(out)
+
+    clf = Classifier(model_dir, threads=threads, verify=False)
+    out["bare"] = backlog_rung(
+        clf, texts, shape=shape, key="bare", label="bare model", max_batch=SERVICE_MAX_BATCH,
+        budget_s=plan.bare_budget_s,
+    ).as_dict()  # fmt: skip
+    del clf
+    off = ModeratorConfig(model_dir, threads=threads, cache=False)
+    out["pipeline"] = drain_run(bootstrap, off, texts, tag=f"{shape}-pipe",
+                                profile_texts=texts if plan.profile else None)  # fmt: skip
+    saturation = float(out["pipeline"]["drain"]["msgs_per_s"])
+    out["ratio"] = round(saturation / float(out["bare"]["msgs_per_s"]), 4)
+    save()
+
+    hop = run(measure_hop(bootstrap))
+    out["hop"] = hop.as_dict()
+    out["latency"] = []
+    for fraction in LOAD_FRACTIONS:
+        row = latency_run(bootstrap, off, saturation * fraction, plan.latency_duration_s, hop,
+                          tag=f"{shape}-lat{int(fraction * 100)}")  # fmt: skip
+        row["fraction"] = fraction
+        out["latency"].append(row)
+        save()
+
+    on = ModeratorConfig(model_dir, threads=threads, cache=True)
+    out["cache_off"] = drain_run(bootstrap, off, repeats, tag=f"{shape}-nocache")
+    out["cache_on"] = drain_run(bootstrap, on, repeats, tag=f"{shape}-cache")
+    out["cache_ratio"] = round(
+        out["cache_on"]["drain"]["msgs_per_s"] / out["cache_off"]["drain"]["msgs_per_s"], 4
+    )
+    save()
+    return out

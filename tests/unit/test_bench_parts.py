@@ -1,0 +1,62 @@
+"""The benchmark's pure helpers: layouts and core splits, profile folding, texts."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.bench.profile import summarize_folded
+from loadgen.bench.scaleup import layout_label, layouts
+from loadgen.bench.texts import bench_texts, repeat_share
+
+
+@pytest.mark.parametrize(
+    ("cores", "threads", "expected"),
+    [
+        (2, 2, [(1, 2), (2, 1)]),
+        (4, 4, [(1, 4), (2, 2), (4, 1)]),
+        (1, 1, [(1, 1)]),
+        (2, 1, [(1, 1)]),  # one thread cannot be split across processes
+    ],
+)
+def test_layouts_split_threads_over_processes(
+    cores: int, threads: int, expected: list[tuple[int, int]]
+) -> None:
+    assert layouts(cores, threads) == expected
+
+
+def test_layout_label_names_the_disjoint_core_sets() -> None:
+    assert layout_label(1, 2, 2) == "1 process x 2 threads"
+    assert layout_label(2, 1, 2) == "2 processes x 1 thread, pinned {0} {1}"
+    assert layout_label(2, 2, 4) == "2 processes x 2 threads, pinned {0,1} {2,3}"
+
+
+def test_folded_stacks_become_self_and_inclusive_shares() -> None:
+    lines = [
+        "thread (1): MainThread;main (m/cli.py:10);loop (m/service.py:20) 30",
+        "thread (2): scorer_0;run (m/batcher.py:5);score_ids (m/classifier.py:165) 60",
+        "thread (2): scorer_0;run (m/batcher.py:5);encode (m/classifier.py:150) 10",
+        "garbage line",
+    ]
+    out = summarize_folded(lines)
+    assert out["samples"] == 100
+    own = dict(out["self"])
+    assert own["score_ids (m/classifier.py)"] == pytest.approx(0.6)
+    total = dict(out["total"])
+    assert total["run (m/batcher.py)"] == pytest.approx(0.7)
+    assert dict(out["threads"])["thread (2): scorer_0"] == pytest.approx(0.7)
+
+
+def test_empty_profile_is_reported_as_no_samples() -> None:
+    assert summarize_folded([])["samples"] == 0
+
+
+def test_bench_texts_are_the_same_sequence_every_time() -> None:
+    assert bench_texts(50) == bench_texts(50)
+    assert bench_texts(20) == bench_texts(50)[:20]
+
+
+def test_repeat_share_counts_exact_repeats_only() -> None:
+    assert repeat_share(["gg", "gg", "GG", "wp"]) == pytest.approx(0.25)
+    assert repeat_share([]) == 0.0
+    assert repeat_share(bench_texts(300)) == 0.0  # the no-repeat texts really have none
+    assert repeat_share(bench_texts(300, dup_ratio=0.4)) > 0.1
