@@ -85,17 +85,19 @@ class Policy:
 
     def decide(self, scores: Mapping[str, float]) -> tuple[str, str | None]:
         """(action, reason): the most severe action any label reaches, and that label."""
-        best: tuple[int, float, str] | None = None
-        for rule in self.rules:
+        # Margins within 0.01 tie; a tie goes to the rule listed first (the more specific one:
+        # "kys" saturates self_harm and severe_toxicity alike, and self_harm says more).
+        best: tuple[int, float, int] | None = None
+        for index, rule in enumerate(self.rules):
             score = scores.get(rule.label)
             if score is None:
                 continue
             for severity, threshold in ((2, rule.block), (1, rule.nudge)):
                 if threshold is not None and score >= threshold:
-                    candidate = (severity, score - threshold, rule.label)
-                    if best is None or candidate[:2] > best[:2]:
+                    candidate = (severity, round(score - threshold, 2), -index)
+                    if best is None or candidate > best:
                         best = candidate
                     break
         if best is None:
             return "allow", None
-        return ACTIONS[best[0]], best[2]
+        return ACTIONS[best[0]], self.rules[-best[2]].label

@@ -59,3 +59,11 @@ def test_labels_the_model_lacks_are_reported(caplog: pytest.LogCaptureFixture) -
     with caplog.at_level(logging.WARNING):
         Policy.load().check_labels(["toxicity", "insult"])
     assert "self_harm" in caplog.text
+
+
+def test_a_tie_goes_to_the_label_listed_first() -> None:
+    # "kys" saturates both; the more specific label is listed first in the default policy.
+    assert Policy.load().decide({"severe_toxicity": 0.999, "self_harm": 0.996}) == (
+        "block",
+        "self_harm",
+    )
