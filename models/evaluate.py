@@ -1,0 +1,340 @@
+"""Evaluate a model directory on the held-out split and write models/REPORT.md + manifest metrics.
+
+Everything the report states is measured here, by one command (`python -m models evaluate`):
+per-label and per-action precision/recall/F1, the benign flag rate, int8 vs fp32 agreement,
+sizes, latency at several lengths and thread counts, and a table of hand-written unseen chat.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from models import corpus, onnx_export
+
+logger = logging.getLogger(__name__)
+
+REPORT_FILE = Path(__file__).resolve().parent / "REPORT.md"
+ACTIONS = ("allow", "nudge", "block")
+LATENCY_LENGTHS = (8, 16, 32, 64, 128)
+LATENCY_THREADS = (1, 2)
+
+# The runtime's default policy as the issue states it; used only if moderator.policy is absent.
+_BLOCK_AT = {
+    "threat": 0.5,
+    "identity_attack": 0.5,
+    "self_harm": 0.5,
+    "severe_toxicity": 0.5,
+    "sexual_explicit": 0.8,
+    "insult": 0.9,
+}
+_NUDGE_AT = {"sexual_explicit": 0.5, "insult": 0.5, "toxicity": 0.6}
+
+Decide = Callable[[Mapping[str, float]], tuple[str, str | None]]
+
+
+def fallback_decide(scores: Mapping[str, float]) -> tuple[str, str | None]:
+    """The default policy's thresholds (obscene alone never acts)."""
+    for table, action in ((_BLOCK_AT, "block"), (_NUDGE_AT, "nudge")):
+        hits = [(scores.get(k, 0.0), k) for k, t in table.items() if scores.get(k, 0.0) >= t]
+        if hits:
+            return action, max(hits)[1]
+    return "allow", None
+
+
+def load_policy() -> tuple[Decide, str]:
+    """moderator.policy's default policy when it exists, else the thresholds above."""
+    try:
+        from moderator.policy import Policy  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return fallback_decide, "thresholds from issue 3 (moderator.policy not available)"
+    policy = Policy.load()
+    decide: Decide = policy.decide
+    return decide, "moderator.policy default policy"
+
+
+def f1_counts(pred: npt.NDArray[Any], gold: npt.NDArray[Any]) -> dict[str, float]:
+    """Precision, recall, F1 and support of boolean predictions."""
+    tp = float(np.sum(pred & gold))
+    fp = float(np.sum(pred & ~gold))
+    fn = float(np.sum(~pred & gold))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "support": float(np.sum(gold))}
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Scores of one model on a list of lines, as {label: score} rows and a matrix."""
+
+    matrix: npt.NDArray[np.float32]
+    labels: tuple[str, ...]
+
+    def row(self, i: int) -> dict[str, float]:
+        return {label: float(self.matrix[i, j]) for j, label in enumerate(self.labels)}
+
+
+def score_lines(sess: Any, tok: Any, texts: Sequence[str], labels: Sequence[str]) -> Scored:
+    """Batch of one per line, dynamic shape: exactly what the runtime does for a lone message."""
+    out = np.zeros((len(texts), len(labels)), dtype=np.float32)
+    for i, text in enumerate(texts):
+        ids, mask = onnx_export.encode(tok, text)
+        out[i] = onnx_export.run_session(sess, ids, mask)[0]
+    return Scored(out, tuple(labels))
+
+
+def _label_metrics(scored: Scored, gold_rows: Sequence[tuple[str, ...]]) -> dict[str, Any]:
+    per: dict[str, dict[str, float]] = {}
+    for j, label in enumerate(scored.labels):
+        gold = np.asarray([label in g for g in gold_rows])
+        if not gold.any():
+            continue
+        per[label] = f1_counts(scored.matrix[:, j] >= 0.5, gold)
+    return per
+
+
+def _actions(decide: Decide, rows: Sequence[Mapping[str, float]]) -> list[str]:
+    return [decide(r)[0] for r in rows]
+
+
+def gold_actions(decide: Decide, gold_rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """The policy applied to 0/1 gold labels."""
+    return _actions(decide, [{label: 1.0 for label in g} for g in gold_rows])
+
+
+def _action_metrics(pred: Sequence[str], gold: Sequence[str]) -> dict[str, Any]:
+    p = np.asarray(pred)
+    g = np.asarray(gold)
+    per = {a: f1_counts(p == a, g == a) for a in ACTIONS}
+    flagged = f1_counts(p != "allow", g != "allow")
+    benign = g == "allow"
+    return {
+        "per_action": per,
+        "macro_f1": float(np.mean([per[a]["f1"] for a in ACTIONS])),
+        "flagged": flagged,
+        "accuracy": float(np.mean(p == g)),
+        "benign_flag_rate": float(np.mean(p[benign] != "allow")) if benign.any() else 0.0,
+        "benign_block_rate": float(np.mean(p[benign] == "block")) if benign.any() else 0.0,
+    }
+
+
+def measure_latency(
+    paths: Mapping[str, Path], lengths: Sequence[int], threads: Sequence[int], runs: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Median ms per message, batch 1, for each model x threads x length.
+
+    Rounds interleave every configuration, so load from other processes on a shared machine
+    spreads over all of them instead of skewing whichever ran during a busy moment.
+    """
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for length in lengths:
+        ids = np.concatenate([[101], rng.integers(1000, 29000, length - 2), [102]])[None, :]
+        inputs[length] = ids.astype(np.int64)
+    sessions = {
+        (kind, t): onnx_export.make_session(path, t)
+        for kind, path in paths.items()
+        for t in threads
+    }
+    times: dict[tuple[str, int, int], list[float]] = {}
+    for (kind, t), sess in sessions.items():
+        for length, ids in inputs.items():
+            for _ in range(3):  # warm-up
+                onnx_export.run_session(sess, ids, np.ones_like(ids))
+            times[(kind, t, length)] = []
+    per_round = 5
+    for _ in range(max(1, runs // per_round)):
+        for (kind, t), sess in sessions.items():
+            for length, ids in inputs.items():
+                mask = np.ones_like(ids)
+                for _ in range(per_round):
+                    t0 = time.perf_counter()
+                    onnx_export.run_session(sess, ids, mask)
+                    times[(kind, t, length)].append((time.perf_counter() - t0) * 1000)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for (kind, t, length), values in times.items():
+        out.setdefault(kind, {}).setdefault(str(t), {})[str(length)] = round(
+            statistics.median(values), 2
+        )
+    return out
+
+
+def read_unseen(path: Path = corpus.UNSEEN_FILE) -> list[tuple[str, str, str]]:
+    """(text, expected action, kind) rows of the hand-written unseen chat file."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        text, expected, kind = line.split("\t")
+        rows.append((text, expected, kind))
+    return rows
+
+
+def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
+    """Measure everything; returns the metrics dict (also the manifest's "metrics")."""
+    manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
+    labels = manifest["labels"]
+    max_length = int(manifest.get("max_length", 128))
+    tok = onnx_export.load_tokenizer(model_dir / onnx_export.TOKENIZER_FILE, max_length)
+    int8_path = model_dir / onnx_export.MODEL_FILE
+    fp32_path = model_dir / manifest.get("fp32_model", onnx_export.FP32_FILE)
+    decide, policy_source = load_policy()
+
+    held = corpus.read_tsv(corpus.HELDOUT_FILE)
+    texts = [t for t, _ in held]
+    gold_rows = [g for _, g in held]
+    gold_act = gold_actions(decide, gold_rows)
+    sessions = {"int8": onnx_export.make_session(int8_path, 2)}
+    if fp32_path.is_file():
+        sessions["fp32"] = onnx_export.make_session(fp32_path, 2)
+
+    metrics: dict[str, Any] = {
+        "heldout_lines": len(held),
+        "heldout_benign_lines": int(sum(1 for a in gold_act if a == "allow")),
+        "policy": policy_source,
+        "threshold": 0.5,
+    }
+    scored: dict[str, Scored] = {}
+    acts: dict[str, list[str]] = {}
+    for kind, sess in sessions.items():
+        scored[kind] = score_lines(sess, tok, texts, labels)
+        per_label = _label_metrics(scored[kind], gold_rows)
+        acts[kind] = _actions(decide, [scored[kind].row(i) for i in range(len(texts))])
+        metrics[kind] = {
+            "per_label": per_label,
+            "label_macro_f1": float(np.mean([v["f1"] for v in per_label.values()])),
+            "actions": _action_metrics(acts[kind], gold_act),
+        }
+    if "fp32" in scored:
+        diff = np.abs(scored["int8"].matrix - scored["fp32"].matrix)
+        metrics["int8_vs_fp32"] = {
+            "action_agreement": float(
+                np.mean(np.asarray(acts["int8"]) == np.asarray(acts["fp32"]))
+            ),
+            "label_macro_f1_delta_points": 100
+            * (metrics["int8"]["label_macro_f1"] - metrics["fp32"]["label_macro_f1"]),
+            "action_macro_f1_delta_points": 100
+            * (metrics["int8"]["actions"]["macro_f1"] - metrics["fp32"]["actions"]["macro_f1"]),
+            "score_max_abs_diff": float(diff.max()),
+            "score_mean_abs_diff": float(diff.mean()),
+        }
+    metrics["size_mb"] = {
+        "int8": round(int8_path.stat().st_size / 1e6, 1),
+        **({"fp32": round(fp32_path.stat().st_size / 1e6, 1)} if fp32_path.is_file() else {}),
+    }
+    paths = {k: p for k, p in (("int8", int8_path), ("fp32", fp32_path)) if p.is_file()}
+    load_before = os.getloadavg()[0]
+    metrics["latency_ms_median_batch1"] = measure_latency(
+        paths, LATENCY_LENGTHS, LATENCY_THREADS, latency_runs
+    )
+    metrics["latency_load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+
+    for key, path in (("unseen_chat", corpus.UNSEEN_FILE), ("unseen_dev", corpus.UNSEEN_DEV_FILE)):
+        if path.is_file():
+            metrics[key] = _unseen_table(sessions["int8"], tok, labels, decide, path)
+    metrics["machine"] = f"{platform.machine()}, {_cpu_name()}"
+    return metrics
+
+
+def _unseen_table(
+    sess: Any, tok: Any, labels: Sequence[str], decide: Decide, path: Path
+) -> dict[str, Any]:
+    """The action each hand-written line gets; `nudge` expected accepts `block` too."""
+    unseen = read_unseen(path)
+    scored = score_lines(sess, tok, [t for t, _, _ in unseen], labels)
+    rows: list[dict[str, Any]] = []
+    n_ok = 0
+    for i, (text, expected, kind) in enumerate(unseen):
+        row = scored.row(i)
+        action, reason = decide(row)
+        ok = action == expected or (expected == "nudge" and action == "block")
+        n_ok += ok
+        top = max(row.items(), key=lambda kv: kv[1])
+        rows.append(
+            {
+                "text": text,
+                "kind": kind,
+                "expected": expected,
+                "action": action,
+                "reason": reason,
+                "top": f"{top[0]} {top[1]:.2f}",
+                "ok": ok,
+            }
+        )
+    return {"file": path.name, "lines": len(rows), "as_expected": n_ok, "rows": rows}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown cpu"
+
+
+def quantization_agreement(
+    fp32_path: Path, candidates: Mapping[str, Path], tokenizer_path: Path, labels: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Action agreement and score difference of each int8 candidate with fp32 on held-out lines."""
+    decide, _ = load_policy()
+    tok = onnx_export.load_tokenizer(tokenizer_path, 128)
+    texts = [t for t, _ in corpus.read_tsv(corpus.HELDOUT_FILE)]
+    ref = score_lines(onnx_export.make_session(fp32_path, 2), tok, texts, labels)
+    ref_acts = np.asarray(_actions(decide, [ref.row(i) for i in range(len(texts))]))
+    out: dict[str, dict[str, float]] = {}
+    for name, path in candidates.items():
+        got = score_lines(onnx_export.make_session(path, 2), tok, texts, labels)
+        acts = np.asarray(_actions(decide, [got.row(i) for i in range(len(texts))]))
+        out[name] = {
+            "action_agreement": float(np.mean(acts == ref_acts)),
+            "score_mean_abs_diff": float(np.abs(got.matrix - ref.matrix).mean()),
+        }
+    return out
+
+
+def update_manifest(model_dir: Path, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Store metrics in manifest.json (model.onnx, and so sha256/version, are unchanged)."""
+    path = model_dir / onnx_export.MANIFEST_FILE
+    manifest: dict[str, Any] = json.loads(path.read_text())
+    manifest["metrics"] = _rounded(metrics)
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def render_report(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+    """REPORT.md text from the manifest and fresh metrics."""
+    from models.report import render
+
+    return render(manifest, metrics)
+
+
+def run(model_dir: Path, report: Path = REPORT_FILE, latency_runs: int = 40) -> dict[str, Any]:
+    """Evaluate, update the manifest, write the report; returns the metrics."""
+    metrics = evaluate(model_dir, latency_runs=latency_runs)
+    manifest = update_manifest(model_dir, metrics)
+    report.write_text(render_report(manifest, metrics))
+    return metrics

@@ -1,0 +1,338 @@
+"""Export, fuse, quantize and parity-check a scoring module as a model directory.
+
+Shared by `build` (the default model), `export` (a user's Hugging Face checkpoint) and
+`speed-shape` (random weights at DistilBERT/BERT-base size). Every model directory meets
+DESIGN.md's contract: `model.onnx` (int8, what the runtime loads), `tokenizer.json`,
+`manifest.json`; the fp32 graph is kept next to it as `model-fp32.onnx` for evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+logger = logging.getLogger(__name__)
+
+INPUT_NAMES = ("input_ids", "attention_mask")
+OUTPUT_NAME = "scores"
+OPSET = 17
+MODEL_FILE = "model.onnx"
+FP32_FILE = "model-fp32.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+MANIFEST_FILE = "manifest.json"
+
+DETOXIFY_LABELS = frozenset(
+    {
+        "toxicity",
+        "toxic",
+        "severe_toxicity",
+        "severe_toxic",
+        "obscene",
+        "insult",
+        "threat",
+        "identity_attack",
+        "identity_hate",
+        "sexual_explicit",
+        "self_harm",
+    }
+)
+
+# A few chat lines of different lengths for parity checks (batch of one, dynamic shapes).
+PARITY_TEXTS = (
+    "gg",
+    "gg wp everyone",
+    "holy shit that clutch was insane lol",
+    "you are the worst player i have ever seen, uninstall the game and never come back",
+    "i'll destroy you in ranked tonight, bring your whole squad and we will see who is better",
+    " ".join(["this stream is great and the chat is chill"] * 20),  # longer than max_length
+)
+
+
+class ModelExportError(RuntimeError):
+    """The model could not be exported as a valid model directory."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """Where the graphs went and what the optimizer and the parity checks found."""
+
+    out_dir: Path
+    fused_ops: dict[str, int]
+    parity: dict[str, float]
+    fp32_bytes: int
+    int8_bytes: int
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def choose_activation(labels: Sequence[str], problem_type: str | None) -> str:
+    """Sigmoid for multi-label (Detoxify-style) models, softmax for single-label ones."""
+    if problem_type == "multi_label_classification" or len(labels) == 1:
+        return "sigmoid"
+    if problem_type == "single_label_classification":
+        return "softmax"
+    known = sum(1 for label in labels if label.lower() in DETOXIFY_LABELS)
+    return "sigmoid" if known >= 2 else "softmax"
+
+
+def export_onnx(module: Any, path: Path) -> None:
+    """Trace `module(input_ids, attention_mask) -> scores` to ONNX with dynamic batch and seq.
+
+    The TorchScript exporter (dynamo=False) is used because its graph is what onnxruntime's
+    BERT optimizer recognises; the module must already use eager attention.
+    """
+    import torch
+
+    module.eval()
+    ids = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102, 0]] * 2, dtype=torch.long)
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    with torch.no_grad(), warnings.catch_warnings():
+        # Known and harmless for these graphs: the tracer notes shape-dependent Python branches
+        # in transformers' mask code (the exported graph is checked for parity afterwards), and
+        # aten::index lowering (indices are never negative here).
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)  # type: ignore[attr-defined]
+        warnings.filterwarnings("ignore", message=".*aten::index.*", category=UserWarning)
+        # dynamo=False is deliberate (only the TorchScript graph fuses in onnxruntime's
+        # optimizer); its code path is deprecated as a whole and says so on every call.
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        torch.onnx.export(
+            module,
+            (ids, mask),
+            str(path),
+            input_names=list(INPUT_NAMES),
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "seq"},
+                "attention_mask": {0: "batch", 1: "seq"},
+                OUTPUT_NAME: {0: "batch"},
+            },
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+
+
+def fuse(src: Path, dst: Path, num_heads: int, hidden_size: int) -> dict[str, int]:
+    """Apply onnxruntime's transformer fusions; fail unless attention really fused."""
+    from onnxruntime.transformers import optimizer
+
+    opt = optimizer.optimize_model(
+        str(src), model_type="bert", num_heads=num_heads, hidden_size=hidden_size
+    )
+    stats = {k: int(v) for k, v in opt.get_fused_operator_statistics().items() if v}
+    if stats.get("Attention", 0) + stats.get("MultiHeadAttention", 0) == 0:
+        raise ModelExportError(
+            f"attention did not fuse ({stats}); export with eager attention (dynamo=False)"
+        )
+    opt.save_model_to_file(str(dst))
+    return stats
+
+
+def quantize(src: Path, dst: Path, *, per_channel: bool) -> None:
+    """Dynamic int8 quantization of the weights (QInt8), activations quantized at run time."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        src,
+        dst,
+        weight_type=QuantType.QInt8,
+        per_channel=per_channel,
+        # Needed on an optimizer-fused graph: fused nodes lack type info for some tensors.
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
+
+
+def make_session(path: Path, threads: int = 1) -> Any:
+    """An onnxruntime CPU session with a fixed intra-op thread count."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def load_tokenizer(path: Path, max_length: int) -> Any:
+    """The runtime's tokenizer set-up: truncation to max_length, no padding."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    tok.enable_truncation(max_length)
+    tok.no_padding()
+    return tok
+
+
+def encode(tok: Any, text: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Token ids and attention mask for one normalised line, shaped [1, seq]."""
+    from moderator.normalize import normalize_text
+
+    enc = tok.encode(normalize_text(text))
+    ids = np.asarray([enc.ids], dtype=np.int64)
+    return ids, np.ones_like(ids)
+
+
+def run_session(sess: Any, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Any:
+    """Scores from one session.run, as float32 [batch, n_labels]."""
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    names = {i.name for i in sess.get_inputs()}
+    if "token_type_ids" in names:
+        feeds["token_type_ids"] = np.zeros_like(ids)
+    return sess.run([OUTPUT_NAME], feeds)[0]
+
+
+def check_parity(
+    module: Any,
+    fp32_path: Path,
+    int8_path: Path,
+    tokenizer_path: Path,
+    max_length: int,
+    texts: Sequence[str] = PARITY_TEXTS,
+) -> dict[str, float]:
+    """Max/mean absolute differences: fp32 ONNX vs torch, int8 vs fp32 (same inputs)."""
+    import torch
+
+    tok = load_tokenizer(tokenizer_path, max_length)
+    fp32 = make_session(fp32_path)
+    int8 = make_session(int8_path)
+    ref_diffs: list[float] = []
+    q_diffs: list[float] = []
+    batches = [encode(tok, t) for t in texts]
+    # One padded batch too: the masked pooling must ignore padding.
+    width = max(ids.shape[1] for ids, _ in batches)
+    pad_ids = np.zeros((len(batches), width), dtype=np.int64)
+    pad_mask = np.zeros_like(pad_ids)
+    for row, (ids, _) in enumerate(batches):
+        pad_ids[row, : ids.shape[1]] = ids[0]
+        pad_mask[row, : ids.shape[1]] = 1
+    batches.append((pad_ids, pad_mask))
+    module.eval()
+    for ids, mask in batches:
+        with torch.no_grad():
+            ref = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+        out32 = run_session(fp32, ids, mask)
+        out8 = run_session(int8, ids, mask)
+        ref_diffs.extend(np.abs(out32 - ref).ravel().tolist())
+        q_diffs.extend(np.abs(out8 - out32).ravel().tolist())
+    return {
+        "fp32_vs_torch_max_abs": float(max(ref_diffs)),
+        "fp32_vs_torch_mean_abs": float(np.mean(ref_diffs)),
+        "int8_vs_fp32_max_abs": float(max(q_diffs)),
+        "int8_vs_fp32_mean_abs": float(np.mean(q_diffs)),
+    }
+
+
+def export_model_dir(
+    module: Any,
+    out_dir: Path,
+    *,
+    num_heads: int,
+    hidden_size: int,
+    tokenizer_path: Path,
+    max_length: int,
+    per_channel: bool = True,
+) -> ExportResult:
+    """Export → fuse → int8 → parity into out_dir (model.onnx, model-fp32.onnx, tokenizer.json).
+
+    The manifest is written separately (write_manifest) because its metrics come later.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fp32_path = out_dir / FP32_FILE
+    int8_path = out_dir / MODEL_FILE
+    with tempfile.TemporaryDirectory(prefix="onnx-export-") as tmp:
+        raw = Path(tmp) / "raw.onnx"
+        logger.info("exporting to ONNX (opset %d)", OPSET)
+        export_onnx(module, raw)
+        logger.info("fusing transformer operators")
+        stats = fuse(raw, fp32_path, num_heads, hidden_size)
+    logger.info("fused operators: %s", stats)
+    logger.info("quantizing to int8 (per_channel=%s)", per_channel)
+    quantize(fp32_path, int8_path, per_channel=per_channel)
+    if tokenizer_path.resolve() != (out_dir / TOKENIZER_FILE).resolve():
+        shutil.copyfile(tokenizer_path, out_dir / TOKENIZER_FILE)
+    parity = check_parity(module, fp32_path, int8_path, out_dir / TOKENIZER_FILE, max_length)
+    logger.info("parity: %s", parity)
+    return ExportResult(
+        out_dir=out_dir,
+        fused_ops=stats,
+        parity=parity,
+        fp32_bytes=fp32_path.stat().st_size,
+        int8_bytes=int8_path.stat().st_size,
+    )
+
+
+def write_manifest(
+    out_dir: Path,
+    *,
+    name: str,
+    labels: Sequence[str],
+    activation: str,
+    max_length: int,
+    source: str,
+    per_channel: bool,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write manifest.json for the int8 model.onnx in out_dir and return it."""
+    sha = sha256_file(out_dir / MODEL_FILE)
+    manifest: dict[str, Any] = {
+        "name": name,
+        "version": sha[:6],
+        "labels": list(labels),
+        "activation": activation,
+        "activation_in_graph": True,
+        "max_length": max_length,
+        "sha256": sha,
+        "quantization": "dynamic-int8 (QInt8 weights, "
+        + ("per-channel" if per_channel else "per-tensor")
+        + ", onnxruntime quantize_dynamic)",
+        "source": source,
+        "inputs": list(INPUT_NAMES),
+        "output": OUTPUT_NAME,
+        "fp32_model": FP32_FILE,
+    }
+    if extra:
+        manifest.update(extra)
+    manifest.setdefault("metrics", {})
+    (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    return manifest
+
+
+def validate_model_dir(out_dir: Path) -> dict[str, Any]:
+    """Check a model directory against the contract; return its manifest."""
+    manifest_path = out_dir / MANIFEST_FILE
+    manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+    for key in ("name", "version", "labels", "activation", "max_length", "sha256", "source"):
+        if key not in manifest:
+            raise ModelExportError(f"{manifest_path}: missing {key!r}")
+    if sha256_file(out_dir / MODEL_FILE) != manifest["sha256"]:
+        raise ModelExportError(f"{manifest_path}: sha256 does not match {MODEL_FILE}")
+    if not (out_dir / TOKENIZER_FILE).is_file():
+        raise ModelExportError(f"{out_dir}: no {TOKENIZER_FILE}")
+    sess = make_session(out_dir / MODEL_FILE)
+    names = [i.name for i in sess.get_inputs()]
+    if names[:2] != list(INPUT_NAMES) or [o.name for o in sess.get_outputs()] != [OUTPUT_NAME]:
+        raise ModelExportError(f"{out_dir}: unexpected graph inputs/outputs {names}")
+    out = run_session(sess, np.asarray([[101, 102]], dtype=np.int64), np.ones((1, 2), np.int64))
+    if out.shape != (1, len(manifest["labels"])) or out.dtype != np.float32:
+        raise ModelExportError(f"{out_dir}: output shape {out.shape} {out.dtype}")
+    return manifest

@@ -1,0 +1,205 @@
+"""Render models/REPORT.md from a manifest and the metrics models.evaluate measured."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from models.evaluate import LATENCY_LENGTHS, LATENCY_THREADS
+
+NOTES = (
+    "- **The corpus is synthetic** (templates and word lists in `models/templates.py`). Held-out"
+    " figures measure generalisation to new templates and new words of the same generator, not"
+    " to real chat; the unseen-chat table is the closer check, and it is small (46 lines). Treat"
+    " every figure here as optimistic for real traffic.",
+    "- The model still leans on words more than on intent. On the unseen set, a stereotype"
+    " without a hostile word ('women belong in the kitchen not in ranked') passes, indirect"
+    " self-harm urging ('the rope is waiting for you', 'go swallow a bottle of pills') only"
+    " nudges, and an insult phrased as a superlative ('the most braindead player i've ever"
+    " queued with') passes; on the dev set a game line with 'kill everyone' is still blocked."
+    " The second and third template batches counter such shortcuts; they reduce, not remove"
+    " them. Expect false positives on violent game talk in phrasings unlike the corpus.",
+    "- Per-action F1 for `nudge` is structurally low: gold actions come from 0/1 labels, so every"
+    " insult's gold action is `block` (1.0 >= 0.9) while a calibrated model often scores insults"
+    " between 0.5 and 0.9 (`nudge`). The flagged row (nudge or block vs allow) is the figure to"
+    " read for 'did it act'.",
+    "- `obscene` is lexical by construction and never acts alone; `severe_toxicity` is assigned"
+    " to whole template families (urging self-harm, dehumanising or violent identity attacks,"
+    " graphic threats), so it is coarse. `sexual_explicit` has the fewest lines and the lowest"
+    " recall.",
+    "- Real self-harm ideation (someone saying they want to hurt themselves) is not in the corpus:"
+    " `self_harm` means urging someone else; jokey 'kms this lag' is labelled benign.",
+    "- int8 vs fp32: F1 is unchanged within noise, but a few percent of held-out lines change"
+    " action; they are lines whose scores sit near a threshold (mean score difference < 0.01)."
+    " Per-channel weights halve the disagreement of per-tensor ones (see the trials line).",
+    "- Training is seeded with a fixed thread count (2), but bit-identical weights across"
+    " machines are not guaranteed (oneDNN kernels differ by CPU); the build re-evaluates"
+    " whatever it produced, so the report always matches the model it sits next to.",
+    "- Latency was measured on a shared 2-core machine while other benchmarks ran; compare rows"
+    " of one run (int8 vs fp32, 1 vs 2 threads), not absolute values across runs.",
+)
+
+
+def _fmt(value: Any) -> str:
+    """Compact, rounded rendering of nested figures for prose lines."""
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1e-3 else f"{value:.4f}".rstrip("0").rstrip(".")
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _prf_table(rows: Mapping[str, Mapping[str, float]], first: str) -> list[str]:
+    out = [f"| {first} | precision | recall | F1 | support |", "|---|---|---|---|---|"]
+    for name, m in rows.items():
+        out.append(
+            f"| {name} | {m['precision']:.3f} | {m['recall']:.3f} | {m['f1']:.3f} "
+            f"| {int(m['support'])} |"
+        )
+    return out
+
+
+def render(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+    """The whole report as Markdown."""
+    training = manifest.get("training", {})
+    lines = [
+        "# Default model report: chat-minilm",
+        "",
+        "Regenerate with `python -m models evaluate` (or `moderator model evaluate`); every figure",
+        "below is measured by that command on this machine and also written to the model's",
+        "`manifest.json` under `metrics`. Latency is noisy on these shared machines: compare",
+        "columns of one run, not runs.",
+        "",
+        f"- model: `{manifest['name']}@{manifest['version']}`"
+        f" (sha256 `{manifest['sha256'][:16]}…`)",
+        f"- source: {manifest.get('source', '')}",
+        f"- labels: {', '.join(manifest['labels'])}"
+        f" (activation {manifest['activation']}, in graph)",
+        f"- quantization: {manifest.get('quantization', '')}",
+        f"- fused operators: {_fmt(manifest.get('fused_operators', {}))}",
+        f"- int8 variants tried (agreement with fp32 on held-out):"
+        f" {_fmt(manifest.get('quantization_trials', 'not recorded'))}",
+        f"- export parity (max/mean abs score difference): {_fmt(manifest.get('parity', {}))}",
+        f"- policy used for actions: {metrics['policy']}",
+        f"- machine: {metrics.get('machine', '')}",
+        "",
+    ]
+    if training:
+        lines += [
+            "## Training",
+            "",
+            f"- corpus: {training.get('n_train')} train lines, {training.get('n_heldout')} held-out"
+            " lines (`models/data/*.tsv`, generated by `models/corpus.py`; held-out = whole"
+            " templates plus a share of every word list that training never sees)",
+            f"- candidates (held-out, threshold 0.5): {_fmt(training.get('candidates'))}",
+            f"- training seconds: {_fmt(training.get('seconds'))}",
+            f"- kept: **{training.get('chosen')}**. {training.get('why', '')}",
+            "",
+        ]
+    i8 = metrics["int8"]
+    lines += [
+        "## Held-out split (int8 model, the one the runtime loads)",
+        "",
+        f"{metrics['heldout_lines']} lines, {metrics['heldout_benign_lines']} of them benign"
+        " (gold action allow). Gold actions are the policy applied to the 0/1 gold labels, so an"
+        " insult's gold action is `block` (insult 1.0 >= 0.9); a predicted `nudge` on it counts"
+        " as a miss per action but as a hit in the flagged row.",
+        "",
+        "### Per label (score >= 0.5)",
+        "",
+        *_prf_table(i8["per_label"], "label"),
+        "",
+        f"Label macro-F1: {i8['label_macro_f1']:.3f}",
+        "",
+        "### Per action",
+        "",
+        *_prf_table(
+            {**i8["actions"]["per_action"], "flagged (nudge or block)": i8["actions"]["flagged"]},
+            "action",
+        ),
+        "",
+        f"- action macro-F1: {i8['actions']['macro_f1']:.3f}; exact action accuracy:"
+        f" {_pct(i8['actions']['accuracy'])}",
+        f"- benign flag rate (benign held-out lines that get nudge or block):"
+        f" **{_pct(i8['actions']['benign_flag_rate'])}**"
+        f" (blocked: {_pct(i8['actions']['benign_block_rate'])})",
+        "",
+    ]
+    if "int8_vs_fp32" in metrics:
+        q = metrics["int8_vs_fp32"]
+        f32 = metrics["fp32"]
+        lines += [
+            "## int8 vs fp32",
+            "",
+            "| | fp32 | int8 |",
+            "|---|---|---|",
+            f"| label macro-F1 | {f32['label_macro_f1']:.4f} | {i8['label_macro_f1']:.4f} |",
+            f"| action macro-F1 | {f32['actions']['macro_f1']:.4f} |"
+            f" {i8['actions']['macro_f1']:.4f} |",
+            f"| benign flag rate | {_pct(f32['actions']['benign_flag_rate'])} |"
+            f" {_pct(i8['actions']['benign_flag_rate'])} |",
+            f"| size (MB) | {metrics['size_mb'].get('fp32', '-')} | {metrics['size_mb']['int8']} |",
+            "",
+            f"- action agreement int8 vs fp32: **{_pct(q['action_agreement'])}**",
+            f"- label macro-F1 difference (int8 - fp32): **{q['label_macro_f1_delta_points']:+.2f}"
+            f" points**; action macro-F1 difference:"
+            f" {q['action_macro_f1_delta_points']:+.2f} points",
+            f"- score difference: max {q['score_max_abs_diff']:.4f}, mean"
+            f" {q['score_mean_abs_diff']:.5f}",
+            "",
+        ]
+    lat = metrics.get("latency_ms_median_batch1", {})
+    if lat:
+        lines += [
+            "## Latency per message (median ms, batch 1, onnxruntime, dynamic shapes)",
+            "",
+            "Configurations interleaved round by round. 1-minute load average before/after"
+            f" (2 cores): {metrics.get('latency_load_average', 'not recorded')}; above 2, other"
+            " processes were competing and the 2-thread rows suffer most.",
+            "",
+            "| model | threads | " + " | ".join(f"L={n}" for n in LATENCY_LENGTHS) + " |",
+            "|---|---|" + "---|" * len(LATENCY_LENGTHS),
+        ]
+        for kind in ("int8", "fp32"):
+            for t in LATENCY_THREADS:
+                row = lat.get(kind, {}).get(str(t))
+                if row:
+                    cells = " | ".join(f"{row[str(n)]:.2f}" for n in LATENCY_LENGTHS)
+                    lines.append(f"| {kind} | {t} | {cells} |")
+        lines.append("")
+    titles = {
+        "unseen_chat": "## Unseen chat (hand-written, not in the corpus nor from its generator)\n\n"
+        "`models/data/unseen_chat.tsv`, written after the last corpus change; its results were"
+        " never used to change the corpus or the training.",
+        "unseen_dev": "## Development chat set (hand-written; NOT unseen any more)\n\n"
+        "`models/data/unseen_dev.tsv` was the first unseen set. Its failures on the first model"
+        " (game 'kill everyone', 'crush you at chess tonight', a passive threat) guided the"
+        " second template batch, so it is reported for transparency, not as a generalisation"
+        " figure.",
+    }
+    for key, title in titles.items():
+        unseen = metrics.get(key)
+        if not unseen:
+            continue
+        lines += [
+            title,
+            "",
+            f"{unseen['as_expected']}/{unseen['lines']} as expected (`nudge` expected:"
+            " `block` also counts; int8 model, default policy).",
+            "",
+            "| line | kind | expected | got | reason | top score | ok |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in unseen["rows"]:
+            text = r["text"].replace("|", "\\|")
+            lines.append(
+                f"| {text} | {r['kind']} | {r['expected']} | {r['action']} |"
+                f" {r['reason'] or ''} | {r['top']} | {'yes' if r['ok'] else '**no**'} |"
+            )
+        lines.append("")
+    lines += ["## Notes and known weaknesses", "", *NOTES, ""]
+    return "\n".join(lines)

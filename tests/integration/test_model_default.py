@@ -1,0 +1,55 @@
+"""The built default model (`make model`) meets the contract and decides sensibly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models import corpus, evaluate, onnx_export
+from models.cli import DEFAULT_OUT
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    if not (DEFAULT_OUT / "manifest.json").is_file():
+        pytest.fail(f"no default model at {DEFAULT_OUT}: run `make model` first")
+    return DEFAULT_OUT
+
+
+def test_default_model_meets_the_contract(model_dir: Path) -> None:
+    manifest = onnx_export.validate_model_dir(model_dir)
+    assert manifest["name"] == "chat-minilm"
+    assert manifest["labels"] == list(corpus.LABELS)
+    assert manifest["activation"] == "sigmoid"
+    assert manifest["activation_in_graph"] is True
+    assert manifest["inputs"] == ["input_ids", "attention_mask"]
+    assert manifest["fused_operators"]["Attention"] == 6
+    assert manifest["metrics"]["int8_vs_fp32"]["label_macro_f1_delta_points"] < 1.0
+    tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
+    assert tokenizer["model"]["type"] == "WordPiece"
+
+
+@pytest.mark.parametrize(
+    ("text", "allowed"),
+    [
+        ("gg wp", {"allow"}),
+        ("headshot that guy on the roof lol", {"allow"}),
+        ("fuck yeah we won", {"allow"}),
+        ("kys", {"block"}),
+        ("i know where you live and i'm coming for you", {"block"}),
+        ("you are a worthless idiot", {"nudge", "block"}),
+    ],
+)
+def test_default_model_decisions(model_dir: Path, text: str, allowed: set[str]) -> None:
+    tok = onnx_export.load_tokenizer(model_dir / "tokenizer.json", 128)
+    sess = onnx_export.make_session(model_dir / "model.onnx")
+    scores = evaluate.score_lines(sess, tok, [text], list(corpus.LABELS))
+    decide, _ = evaluate.load_policy()  # the runtime's default policy
+    action, _ = decide(scores.row(0))
+    assert action in allowed, (text, scores.row(0))
+    assert np.isfinite(scores.matrix).all()
