@@ -16,11 +16,11 @@ from typing import Any
 import orjson
 
 from loadgen.config import DEFAULT_DLQ_TOPIC, DEFAULT_IN_TOPIC, DEFAULT_OUT_TOPIC, LoadConfig
-from loadgen.loop import run
 from loadgen.runner import Progress, run_load
 from loadgen.schedule import Arrivals
 from loadgen.search import MaxResult, Step, find_max
 from loadgen.summary import format_summary
+from moderator.loop import run
 
 log = logging.getLogger(__name__)
 

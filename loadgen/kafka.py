@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -23,6 +25,22 @@ PRODUCER_LINGER_MS = 0
 PRODUCER_ACKS = 1
 CONSUMER_FETCH_MAX_WAIT_MS = 5
 METADATA_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class TopicSet:
+    """Fresh inbound, decisions and dead-letter topics, and a consumer group, for one run."""
+
+    in_topic: str
+    out_topic: str
+    dlq_topic: str
+    group_id: str
+
+    @classmethod
+    def fresh(cls, prefix: str, tag: str) -> TopicSet:
+        suffix = f"{tag}.{uuid.uuid4().hex[:8]}"
+        return cls(f"{prefix}.in.{suffix}", f"{prefix}.out.{suffix}", f"{prefix}.dlq.{suffix}",
+                   f"{prefix}-{suffix}")  # fmt: skip
 
 
 def make_producer(bootstrap: str) -> AIOKafkaProducer:

@@ -7,7 +7,6 @@ own work does not share its event loop or its GIL.
 from __future__ import annotations
 
 import contextlib
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from collections import defaultdict
 from prometheus_client.parser import text_string_to_metric_families
 
 from moderator import loop
-from moderator.embedded import free_port
+from moderator.embedded import free_port, terminate
 
 READY_TIMEOUT_S = 120
 
@@ -52,13 +51,7 @@ def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_rati
         print("\n" + format_summary(summary))
         print(_moderator_report(metrics_port))
     finally:
-        if dev.poll() is None:
-            dev.send_signal(signal.SIGTERM)
-            try:
-                dev.wait(60)
-            except subprocess.TimeoutExpired:
-                dev.kill()
-                dev.wait()
+        terminate(dev, 60)
     print(f"moderator dev stopped on SIGTERM with exit code {dev.returncode}")
     return 0 if summary.missing == 0 and dev.returncode == 0 else 1
 

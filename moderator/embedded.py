@@ -43,6 +43,18 @@ def port_in_use(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """SIGTERM `proc`, wait up to `timeout_s` for it to finish its work, then SIGKILL it."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        log.error("pid %d ignored SIGTERM for %.0f s; killed", proc.pid, timeout_s)
+        proc.kill()
+        return proc.wait()
+
+
 def _die_with_parent() -> None:
     """In the child: ask Linux to SIGTERM us when the parent process dies."""
     try:
@@ -111,13 +123,8 @@ class _ServerProcess:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            terminate(proc, timeout_s)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

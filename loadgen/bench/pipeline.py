@@ -21,7 +21,6 @@ from loadgen.bench.ladder import backlog_rung
 from loadgen.bench.profile import finish_profile, start_profile
 from loadgen.bench.stack import (
     ModeratorConfig,
-    RunNames,
     create_topics,
     drain,
     moderator,
@@ -31,10 +30,11 @@ from loadgen.bench.stack import (
 from loadgen.bench.texts import SEED, bench_texts
 from loadgen.config import LoadConfig
 from loadgen.hop import HopResult, measure_hop
-from loadgen.loop import run
+from loadgen.kafka import TopicSet
 from loadgen.runner import run_load
 from loadgen.summary import LoadSummary
 from moderator.classifier import Classifier
+from moderator.loop import run
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def drain_run(
     profile_texts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """A fresh moderator drains `texts`; its memory after warm-up; optionally a profiled drain."""
-    names = RunNames.fresh(tag)
+    names = TopicSet.fresh("bench", tag)
     run(create_topics(bootstrap, names))
     with moderator(cfg, bootstrap, names) as mp:
         run(warm_up(bootstrap, names, texts))
@@ -95,7 +95,7 @@ def latency_run(
     bootstrap: str, cfg: ModeratorConfig, rate: float, duration_s: float, hop: HopResult, tag: str
 ) -> dict[str, Any]:
     """Open-loop load at `rate` against a fresh moderator (the load generator, dup_ratio 0)."""
-    names = RunNames.fresh(tag)
+    names = TopicSet.fresh("bench", tag)
     run(create_topics(bootstrap, names))
     with moderator(cfg, bootstrap, names) as mp:
         run(warm_up(bootstrap, names, bench_texts(64)))

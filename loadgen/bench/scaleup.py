@@ -15,7 +15,7 @@ from loadgen.bench.pipeline import drain_run, latency_run
 from loadgen.bench.stack import ModeratorConfig
 from loadgen.bench.texts import bench_texts
 from loadgen.hop import measure_hop
-from loadgen.loop import run
+from moderator.loop import run
 from moderator.workers import core_sets
 
 log = logging.getLogger(__name__)

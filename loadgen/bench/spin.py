@@ -14,7 +14,7 @@ from typing import Any
 from loadgen.bench.pipeline import latency_run
 from loadgen.bench.stack import ModeratorConfig
 from loadgen.hop import measure_hop
-from loadgen.loop import run
+from moderator.loop import run
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,11 @@ import contextlib
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +24,8 @@ from typing import IO, Any
 
 import orjson
 
-from loadgen.kafka import assign_at_end, make_consumer, make_producer
-from moderator.embedded import EmbeddedRedis
+from loadgen.kafka import TopicSet, assign_at_end, make_consumer, make_producer
+from moderator.embedded import EmbeddedRedis, terminate
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -40,22 +38,6 @@ _METRICS_LINE = re.compile(r"metrics\s+http://[\d.]+:(\d+)/metrics")
 
 
 @dataclass(frozen=True)
-class RunNames:
-    """Fresh topics and consumer group for one run."""
-
-    in_topic: str
-    out_topic: str
-    dlq_topic: str
-    group_id: str
-
-    @classmethod
-    def fresh(cls, tag: str) -> RunNames:
-        suffix = f"{tag}.{uuid.uuid4().hex[:8]}"
-        return cls(f"bench.in.{suffix}", f"bench.out.{suffix}", f"bench.dlq.{suffix}",
-                   f"bench-{suffix}")  # fmt: skip
-
-
-@dataclass(frozen=True)
 class ModeratorConfig:
     """What one moderator run looks like."""
 
@@ -65,7 +47,7 @@ class ModeratorConfig:
     cache: bool = False  # True: L1 (default size) + a fresh Redis; False: no cache at all
     module: str = "moderator"  # run as `python -m MODULE run` (a diagnostic may wrap it)
 
-    def env(self, bootstrap: str, names: RunNames, redis_url: str) -> dict[str, str]:
+    def env(self, bootstrap: str, names: TopicSet, redis_url: str) -> dict[str, str]:
         env = dict(
             os.environ,
             MODERATOR_KAFKA_BOOTSTRAP=bootstrap,
@@ -132,7 +114,7 @@ def _ready(port: int) -> bool:
 
 @contextlib.contextmanager
 def moderator(
-    cfg: ModeratorConfig, bootstrap: str, names: RunNames, *, stderr: IO[str] | None = None
+    cfg: ModeratorConfig, bootstrap: str, names: TopicSet, *, stderr: IO[str] | None = None
 ) -> Iterator[ModeratorProcess]:
     """Start `moderator run` (with a fresh Redis when the cache is on); stop it on exit."""
     with contextlib.ExitStack() as stack:
@@ -171,19 +153,13 @@ def _wait_ready(mp: ModeratorProcess, workers: int) -> None:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    terminate(proc, 30)
 
 
 # -- producing and draining -----------------------------------------------------------------
 
 
-async def create_topics(bootstrap: str, names: RunNames) -> None:
+async def create_topics(bootstrap: str, names: TopicSet) -> None:
     await ensure_topics(bootstrap, {names.in_topic: PARTITIONS, names.out_topic: PARTITIONS,
                                     names.dlq_topic: 1})  # fmt: skip
 
@@ -221,7 +197,7 @@ class DrainResult:
 
 
 async def drain(
-    bootstrap: str, names: RunNames, texts: Sequence[str], *, prefix: str, timeout_s: float
+    bootstrap: str, names: TopicSet, texts: Sequence[str], *, prefix: str, timeout_s: float
 ) -> DrainResult:
     """Produce `texts` as fast as the producer goes; time until every decision is back."""
     messages = encode_messages(prefix, texts)
@@ -267,7 +243,7 @@ async def drain(
     return DrainResult(len(messages), len(seen), produced, seconds, len(seen) / seconds, cached)
 
 
-async def warm_up(bootstrap: str, names: RunNames, texts: Sequence[str]) -> None:
+async def warm_up(bootstrap: str, names: TopicSet, texts: Sequence[str]) -> None:
     """A few messages through the whole path first (model, group, connections all warm)."""
     result = await drain(bootstrap, names, texts[:WARMUP_MESSAGES], prefix="warm", timeout_s=60)
     if result.decided < result.messages:

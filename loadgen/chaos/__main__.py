@@ -12,11 +12,11 @@ from pathlib import Path
 
 import orjson
 
-from loadgen import loop
 from loadgen.chaos.procs import default_log_dir
 from loadgen.chaos.report import render
 from loadgen.chaos.results import ScenarioResult
 from loadgen.chaos.scenarios import SCENARIOS, Context, Plan, run_scenario
+from moderator import loop
 from moderator.config import REPO_ROOT, Settings
 
 log = logging.getLogger("loadgen.chaos")

@@ -18,8 +18,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from loadgen.chaos.ledger import Ledger
-from loadgen.chaos.procs import Names
-from loadgen.kafka import assign_at_end
+from loadgen.kafka import TopicSet, assign_at_end
 from moderator.records import DLQ_ERROR_CODE
 
 log = logging.getLogger(__name__)
@@ -30,7 +29,7 @@ FETCH_MAX_BYTES = 64 * 1024 * 1024  # hostile records include 1 MiB texts
 class Observer:
     """`async with Observer(bootstrap, names) as obs:` then read `obs.ledger`."""
 
-    def __init__(self, bootstrap: str, names: Names) -> None:
+    def __init__(self, bootstrap: str, names: TopicSet) -> None:
         self.bootstrap = bootstrap
         self.names = names
         self.ledger = Ledger()

@@ -18,12 +18,12 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from moderator.embedded import EmbeddedKafka
+from loadgen.kafka import TopicSet
+from moderator.embedded import EmbeddedKafka, terminate
 
 log = logging.getLogger(__name__)
 
@@ -71,22 +71,6 @@ class Broker(EmbeddedKafka):
         pid = self.pid
         assert pid is not None, "broker not started"
         os.kill(pid, signum)
-
-
-@dataclass(frozen=True)
-class Names:
-    """Fresh topics and consumer group for one scenario."""
-
-    in_topic: str
-    out_topic: str
-    dlq_topic: str
-    group_id: str
-
-    @classmethod
-    def fresh(cls, tag: str) -> Names:
-        suffix = f"{tag}.{uuid.uuid4().hex[:6]}"
-        return cls(f"chaos.in.{suffix}", f"chaos.out.{suffix}", f"chaos.dlq.{suffix}",
-                   f"chaos-{suffix}")  # fmt: skip
 
 
 @dataclass
@@ -177,15 +161,7 @@ class ModeratorProc:
     def terminate(self, timeout_s: float = 60.0) -> tuple[int, float]:
         """SIGTERM and wait; return (exit code, seconds to exit). Kills after `timeout_s`."""
         start = time.monotonic()
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
-            log.error("%s ignored SIGTERM for %.0f s; killed", self.name, timeout_s)
-        self.exit_code = code
+        code = self.exit_code = terminate(self.proc, timeout_s)
         return code, time.monotonic() - start
 
 
@@ -207,7 +183,7 @@ class ModeratorEnv:
 
     bootstrap: str
     redis_url: str
-    names: Names
+    names: TopicSet
     model_dir: Path
     threads: int = 1
     extra: tuple[tuple[str, str], ...] = ()

@@ -22,9 +22,10 @@ from aiokafka import AIOKafkaProducer
 
 from loadgen.chaos.hostile import CASES, DECISION, MIB, burst, judge
 from loadgen.chaos.ledger import Ledger
-from loadgen.chaos.procs import ModeratorProc, Names, metric_sum
+from loadgen.chaos.procs import ModeratorProc, metric_sum
 from loadgen.chaos.results import ScenarioResult, now_ms
 from loadgen.chaos.stage import BUDGET_MS, Stage, drain_rate
+from loadgen.kafka import TopicSet
 
 log = logging.getLogger(__name__)
 
@@ -370,7 +371,7 @@ async def publish_failure(ctx: Context, res: ScenarioResult) -> None:
     lead_s = 15.0  # the moderator must be consuming by then
     window: list[int] = []
 
-    def schemas(names: Names) -> dict[str, dict[str, Any]]:
+    def schemas(names: TopicSet) -> dict[str, dict[str, Any]]:
         lo = int(now_ms() + lead_s * 1000)
         window[:] = [lo, lo + int(p.publish_window_s * 1000)]
         return {names.out_topic: reject_window_schema(window[0], window[1])}

@@ -20,9 +20,9 @@ from typing import Any, Self
 import orjson
 
 from loadgen.chaos.observer import Observer, committed_offsets
-from loadgen.chaos.procs import Broker, ModeratorEnv, ModeratorProc, Names, start_moderator
+from loadgen.chaos.procs import Broker, ModeratorEnv, ModeratorProc, start_moderator
 from loadgen.config import LoadConfig
-from loadgen.kafka import assign_at_end, make_consumer, make_producer
+from loadgen.kafka import TopicSet, assign_at_end, make_consumer, make_producer
 from loadgen.runner import run_load
 from loadgen.summary import LoadSummary
 from moderator.embedded import EmbeddedRedis
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 PARTITIONS = 4
 BUDGET_MS = 50.0
-SchemaFor = Callable[[Names], Mapping[str, Mapping[str, Any]]]
+SchemaFor = Callable[[TopicSet], Mapping[str, Mapping[str, Any]]]
 
 
 class Stage:
@@ -48,7 +48,7 @@ class Stage:
         schemas: SchemaFor | None = None,
         seed: int = 1,
     ) -> None:
-        self.names = Names.fresh(tag)
+        self.names = TopicSet.fresh("chaos", tag)
         self.model_dir = model_dir
         self.log_dir = log_dir
         self.seed = seed
@@ -115,7 +115,7 @@ class Stage:
 
     # -- moderators --------------------------------------------------------------------------
 
-    def env(self, names: Names | None = None, **settings: str) -> ModeratorEnv:
+    def env(self, names: TopicSet | None = None, **settings: str) -> ModeratorEnv:
         """Settings of a moderator here; `settings` are extra MODERATOR_* variables."""
         return ModeratorEnv(
             bootstrap=self.bootstrap,
@@ -164,7 +164,7 @@ async def drain_rate(stage: Stage, messages: int, *, timeout_s: float = 180.0) -
     Uses a moderator that always waits for the model (degraded mode off) and no repeats, so the
     rate is the model-bound one a steady overload would meet.
     """
-    names = Names.fresh("probe")
+    names = TopicSet.fresh("chaos", "probe")
     n_in, n_out = names.in_topic, names.out_topic
     await ensure_topics(stage.bootstrap, {n_in: PARTITIONS, n_out: PARTITIONS,
                                           names.dlq_topic: 1})  # fmt: skip
