@@ -5,9 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from moderator.classifier import Classifier
 from moderator.config import Settings
+
+# These machines are shared and noisy: Hypothesis must judge inputs, never wall-clock time.
+hypothesis_settings.register_profile(
+    "noisy-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("noisy-machine")
 
 
 @pytest.fixture(scope="session")
