@@ -149,7 +149,7 @@ def _print_summary(metrics: dict[str, object]) -> None:
             f"  int8 vs fp32: action agreement {100 * q['action_agreement']:.2f}%, label macro-F1"
             f" delta {q['label_macro_f1_delta_points']:+.2f} points"
         )
-    for key in ("unseen_chat", "unseen_dev"):
+    for key in ("unseen_chat", "unseen_short", "unseen_dev"):
         unseen = metrics.get(key)
         if isinstance(unseen, dict):
             _say(f"  {key}: {unseen['as_expected']}/{unseen['lines']} as expected")

@@ -50,6 +50,7 @@ TRAIN_FILE = DATA_DIR / "train.tsv"
 HELDOUT_FILE = DATA_DIR / "heldout.tsv"
 UNSEEN_FILE = DATA_DIR / "unseen_chat.tsv"
 UNSEEN_DEV_FILE = DATA_DIR / "unseen_dev.tsv"
+UNSEEN_SHORT_FILE = DATA_DIR / "unseen_short.tsv"
 SEED = 20261122
 HELDOUT_TEMPLATE_EVERY = 5
 HELDOUT_WORD_EVERY = 6

@@ -241,7 +241,11 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
     )
     metrics["latency_load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
 
-    for key, path in (("unseen_chat", corpus.UNSEEN_FILE), ("unseen_dev", corpus.UNSEEN_DEV_FILE)):
+    for key, path in (
+        ("unseen_chat", corpus.UNSEEN_FILE),
+        ("unseen_short", corpus.UNSEEN_SHORT_FILE),
+        ("unseen_dev", corpus.UNSEEN_DEV_FILE),
+    ):
         if path.is_file():
             metrics[key] = _unseen_table(sessions["int8"], tok, labels, decide, path)
     metrics["machine"] = f"{platform.machine()}, {_cpu_name()}"

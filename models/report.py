@@ -19,6 +19,17 @@ NOTES = (
     " queued with') passes; on the dev set a game line with 'kill everyone' is still blocked."
     " The second and third template batches counter such shortcuts; they reduce, not remove"
     " them. Expect false positives on violent game talk in phrasings unlike the corpus.",
+    "- Short benign lines (single words, emotes, game callouts, greetings) were flagged by"
+    " earlier models: a short unfamiliar line read as toxic because the toxic short lists were"
+    " dense and the benign ones sparse. The third template batch (`short_benign` plus contrast"
+    " templates in `short`) addresses it; `unseen_short.tsv` is the check. Its emotes and"
+    " slang are a snapshot: new emotes will look unfamiliar again.",
+    "- **The load generator's corpus (`loadgen/corpus/`) is no longer fully independent for"
+    " false-positive figures.** The symptom lines that motivated the short-lines batch ('go A',"
+    " 'poggers', 'night all', 'clip it', 'sadge', 'big brain', 'guten abend', 'LETS GOOO',"
+    " 'welcome back', ...) came from it, and several of them, or near paraphrases, are now in"
+    " the word lists. A benign flag rate measured on that corpus is optimistic from this model"
+    " on; `unseen_short.tsv` and `unseen_chat.tsv` are the independent checks.",
     "- Per-action F1 for `nudge` is structurally low: gold actions come from 0/1 labels, so every"
     " insult's gold action is `block` (1.0 >= 0.9) while a calibrated model often scores insults"
     " between 0.5 and 0.9 (`nudge`). The flagged row (nudge or block vs allow) is the figure to"
@@ -175,6 +186,10 @@ def render(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
         "unseen_chat": "## Unseen chat (hand-written, not in the corpus nor from its generator)\n\n"
         "`models/data/unseen_chat.tsv`, written after the last corpus change; its results were"
         " never used to change the corpus or the training.",
+        "unseen_short": "## Unseen short chat (hand-written 1-4 word lines, not in the corpus)\n\n"
+        "`models/data/unseen_short.tsv`: short benign lines (emotes, callouts, greetings, single"
+        " words) and a few toxic shorts, written before the short-lines template batch and never"
+        " used to write it or to tune. The false-positive check for short chat.",
         "unseen_dev": "## Development chat set (hand-written; NOT unseen any more)\n\n"
         "`models/data/unseen_dev.tsv` was the first unseen set. Its failures on the first model"
         " (game 'kill everyone', 'crush you at chess tonight', a passive threat) guided the"

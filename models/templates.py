@@ -1089,3 +1089,169 @@ CATEGORIES["short"] = (
         ("{ins_short} {emoji}", INS),
     ],
 )
+
+# ---------------------------------------------------------------------------------------------
+# Short benign lines, third batch. The model flagged short benign chat it had not seen (single
+# words, emotes, game callouts, greetings): W["benign_short"] had ~25 items while the toxic short
+# lists were dense, so "short and unfamiliar" read as toxic. These families give short lines of
+# every kind, and contrast templates put the same short words next to a real insult or "kys" so
+# the toxic word, not the length, decides. models/data/unseen_short.tsv was written before this
+# batch and never used to write it (its lines, and most of its words, are kept out of these lists).
+# "pepega" is an insult when aimed at someone, so it only appears in the insult list.
+# ---------------------------------------------------------------------------------------------
+W["emote"] = [
+    "pog", "poggers", "POGGERS", "pogu", "poggies", "sadge", "Sadge", "copium", "COPIUM",
+    "hopium", "monkaS", "monkaHmm", "monkaGIGA", "5head", "5Head", "4head", "pepehands",
+    "feelsbadman", "feelsgoodman", "FeelsStrongMan", "pepeLaugh", "residentsleeper", "LULW",
+    "biblethump", "kappa", "Kappa", "jebaited", "notlikethis", "ayaya", "modCheck", "clueless",
+    "Clueless", "aware", "Aware", "susge", "bedge", "Bedge", "gigachad", "pepeD", "okayge",
+    "Stare", "nodders", "NOPERS", "o7", "<3", ":)", ":D", ";)", ":(", "D:", "PauseChamp",
+    "HeyGuys", "VoHiYo", "SeemsGood", "CoolCat", "EZ Clap", "pepeMeltdown", "Madge", "hmmge",
+    "widepeepoHappy", "BatChest", "forsenE", "Prayge", "Pog", "WICKED", "Kreygasm", "lulw",
+]  # fmt: skip
+W["site"] = [
+    "A", "B", "mid", "a site", "b site", "A main", "B main", "heaven", "ramp", "tower",
+    "market", "garage", "window", "connector", "apps", "banana", "top", "bot", "river",
+    "the bridge", "the house", "catwalk", "back site", "spawn", "lobby", "tunnels",
+]  # fmt: skip
+W["go_verb"] = [
+    "go", "rotate", "rotate to", "push", "rush", "hold", "peek", "stack", "retake", "check",
+    "watch", "clear", "fall back to", "play", "lurk", "swing", "push up", "go go go",
+]  # fmt: skip
+W["callout"] = [
+    "one shot", "he's lit", "hes lit", "flank left", "flanking right", "rush B", "plant",
+    "plant it", "defuse", "defusing", "peek", "don't peek", "hold", "hold here", "behind you",
+    "on me", "group up", "fall back", "reset", "push now", "regroup", "back off", "wait for me",
+    "full save", "force buy", "bait", "he's low", "last one", "enemy spotted", "heal me",
+    "rez me", "revive pls", "need ammo", "on my way", "omw", "clip it", "clip that", "clip",
+    "someone clip that", "he's tagged", "cracked his shield", "ult up", "ult ready", "no ult",
+    "buy armor", "nade", "molly", "cover me", "i'm down", "rez", "gank top", "drag up",
+    "baron up", "ward river", "he's behind", "tp", "gg next", "go next", "run it back",
+    "one more", "one more game", "he's weak", "finish him", "he's one tap", "sniper on roof",
+    "wait", "stop", "jump", "slide", "ping it", "shield", "focus him", "swap", "reload",
+]  # fmt: skip
+W["greet"] = [
+    "hola", "bonjour", "guten abend", "guten morgen", "guten tag", "ciao", "привет", "こんにちは",
+    "olá", "merhaba", "hello", "hi", "hey", "yo", "sup", "hiya", "howdy", "good evening",
+    "good morning", "buongiorno", "buonasera", "buenas", "buenos dias", "moin", "servus",
+    "dzien dobry", "ahoj", "szia", "annyeong", "안녕하세요", "你好", "ni hao", "konnichiwa",
+    "salam", "selam", "kia ora", "aloha", "g'day", "hallå", "goedemiddag", "здравствуйте",
+    "добрый вечер", "bom dia", "iyi akşamlar", "γεια σου", "shalom", "marhaba", "heyo",
+    "hey hey", "hiii", "heyyy", "yo yo", "wassup", "good afternoon", "evening", "morning",
+]  # fmt: skip
+W["bye"] = [
+    "night all", "good night", "gnight", "nighty night", "bye", "bye chat", "cya", "see ya",
+    "later", "peace", "peace out", "take care", "bye bye", "tschüss", "adiós", "au revoir",
+    "bonne nuit", "gute nacht", "oyasumi", "пока", "спокойной ночи", "hasta luego", "a bientôt",
+    "ttyl", "sleep well", "off to bed", "heading out", "gotta go", "im out", "see you tomorrow",
+    "arrivederci", "do svidaniya", "sayonara", "good nite", "night night", "catch you later",
+]  # fmt: skip
+W["addr"] = [
+    "chat", "all", "everyone", "guys", "y'all", "fam", "friends", "gamers", "mods", "folks",
+    "squad", "peeps", "lurkers", "team", "people", "besties", "homies", "legends", "nerds",
+]  # fmt: skip
+W["stream_talk"] = [
+    "first", "first!", "lurking", "lurk mode", "just lurking", "back", "im back", "brb", "afk",
+    "back from afk", "hi chat", "welcome back", "hydrate", "hydrate chat", "posture check",
+    "is he live", "stream starting?", "you're muted", "mic muted", "cant hear you", "volume up",
+    "chat is fast", "raid incoming", "thanks for the raid", "ty for the sub", "gifted!",
+    "hype train", "sub hype", "link?", "what game", "what rank", "on mobile rn",
+    "here since day one", "long time lurker", "chat is so quiet", "early today", "late again",
+    "hi mods", "emote only?", "whats the sens", "what mouse", "crosshair code?", "dpi?",
+    "followed", "resubbed", "10 months!", "ty mods", "discord link?", "schedule?", "day 3",
+    "still here", "made it", "missed it", "replay?", "uptime?", "caught the end", "good stream",
+]  # fmt: skip
+W["word"] = [
+    "no", "yes", "almost", "clutch", "same", "true", "real", "based", "W", "L", "ratio", "yep",
+    "yup", "nah", "ok", "okay", "k", "fair", "agreed", "exactly", "correct", "wrong", "close",
+    "unlucky", "lucky", "finally", "again", "why", "how", "what", "when", "who", "hm", "hmm",
+    "hmmm", "what?", "cool", "neat", "sweet", "lovely", "perfect", "amazing",
+    "legendary", "classic", "typical", "mood", "relatable", "literally me", "me", "fr", "frfr",
+    "ong", "no cap", "cap", "lowkey", "highkey", "periodt", "slay", "iconic", "ate", "vibes",
+    "vibing", "chilling", "hyped", "ready", "soon", "now", "tomorrow", "today", "here",
+    "present", "+1", "1", "f in chat", "understandable", "noted", "interesting", "wholesome",
+    "respect", "love it", "agree", "true true", "yeah", "yea", "ye", "nice one", "welp",
+]  # fmt: skip
+W["reaction"] = [
+    "LETS GOOO", "lets go", "letsgoo", "LETSGO", "omg", "omg omg", "noooo", "nooooo", "NOOOO",
+    "sheesh", "sheeeesh", "wooo", "woah", "whoa", "yooo", "yoooo", "holy", "holy moly",
+    "oh no", "ohhh", "aaaa", "AAAAA", "clean", "insane", "massive", "goated", "goat", "GOAT",
+    "the goat", "mvp", "hype", "HYPE", "pogggg", "ayy", "ayyy", "lesgo", "wow", "wowww",
+    "brooo", "dude", "bruhhh", "???", "nahhh", "yikes", "so close", "so good", "too good",
+    "cracked", "built different", "he's him", "hes HIM", "what was that", "HOW", "jeez",
+    "geez", "my heart", "im screaming", "crying", "dying", "i'm dead", "stop it", "no shot",
+    "unreal", "wait what", "aww", "awww", "cute", "that's wild", "peak", "cinema",
+]  # fmt: skip
+W["brain"] = [
+    "big brain", "big brain play", "galaxy brain", "galaxy brain play", "5head play", "genius",
+    "genius play", "smart play", "big play", "big plays", "big W", "massive W", "big moves",
+    "galaxy brained it", "mind games", "calculated", "so smart", "what a read", "great read",
+    "nice read", "clean read", "brilliant", "masterclass", "big dog", "big man", "big heart",
+    "big fan", "big love", "big hype", "big if true", "big mood", "brain expansion",
+    "the brain on him", "certified genius", "mastermind", "strategist", "big brain move",
+    "big moment", "gigabrain", "huge brain energy",
+]  # fmt: skip
+W["pet"] = [
+    "cat", "dog", "kitty", "doggo", "pupper", "puppy", "kitten", "bird", "parrot", "hamster",
+    "bunny", "snake", "lizard", "goldfish", "turtle", "ferret", "corgi", "husky", "cats", "dogs",
+]  # fmt: skip
+W["pet_state"] = [
+    "is judging you", "is asleep", "on the keyboard", "is so cute", "is staring at me",
+    "has the zoomies", "is watching", "is hungry", "is the real streamer", "is chonky",
+    "is adorable", "is yelling", "is plotting something", "is the mvp", "is loafing",
+    "wants attention", "stole the chair", "is on the desk", "is a menace", "is sus",
+]  # fmt: skip
+W["sh_short"] += ["kys loser", "go hang urself", "go jump off a bridge", "unalive pls"]
+W["ins_short"] += ["ur pepega", "pepega streamer", "ur so bad", "ur dog water", "bozo"]
+
+CATEGORIES["short_benign"] = (
+    2000,
+    [
+        ("{emote}", NONE),
+        ("{emote} {emote}", NONE),
+        ("{emote} {laugh}", NONE),
+        ("{go_verb} {site}", NONE),
+        ("{go_verb} {site} {emote}", NONE),
+        ("{callout}", NONE),
+        ("{callout} {name}", NONE),
+        ("{callout} {site}", NONE),
+        ("{greet}", NONE),
+        ("{greet} {addr}", NONE),
+        ("{greet} {name}", NONE),
+        ("{bye}", NONE),
+        ("{bye} {addr}", NONE),
+        ("{bye} {emote}", NONE),
+        ("{stream_talk}", NONE),
+        ("{stream_talk} {emote}", NONE),
+        ("{word}", NONE),
+        ("{word} {word}", NONE),
+        ("{word} {laugh}", NONE),
+        ("{reaction}", NONE),
+        ("{reaction} {emote}", NONE),
+        ("{reaction} {name}", NONE),
+        ("{brain}", NONE),
+        ("{brain} {name}", NONE),
+        ("{brain} {emote}", NONE),
+        ("the {pet} {pet_state}", NONE),
+        ("show the {pet}", NONE),
+        ("{pet} cam", NONE),
+        ("pet the {pet}", NONE),
+        ("{pet} tax {emote}", NONE),
+    ],
+)
+# Contrast: the same short words with a real insult or self-harm urging stay toxic.
+CATEGORIES["short"][1].extend(
+    [
+        ("{emote} {ins_short}", INS),
+        ("{greet} {ins_short}", INS),
+        ("{bye} {ins_short}", INS),
+        ("{go_verb} {site} {ins_short}", INS),
+        ("{reaction} {sh_short}", SH),
+        ("{word} {sh_short}", SH),
+        ("{callout} or {sh_short}", SH),
+        ("{brain}? no, {ins_short}", INS),
+        ("{sh_short} {emote}", SH),
+        ("{ins_short} {emote}", INS),
+    ]
+)
+CATEGORIES["short"] = (1400, CATEGORIES["short"][1])

@@ -73,3 +73,28 @@ def test_unseen_chat_lines_are_not_in_the_corpus() -> None:
         assert len(unseen) >= 40
         assert not {_key(t) for t, _, _ in unseen} & corpus_keys, path.name
         assert {expected for _, expected, _ in unseen} == {"allow", "nudge", "block"}
+
+
+def test_unseen_short_lines_are_not_in_the_corpus() -> None:
+    from models.evaluate import read_unseen
+
+    corpus_keys = {
+        _key(t) for p in (corpus.TRAIN_FILE, corpus.HELDOUT_FILE) for t, _ in corpus.read_tsv(p)
+    }
+    unseen = read_unseen(corpus.UNSEEN_SHORT_FILE)
+    assert len(unseen) >= 40
+    assert all(len(t.split()) <= 4 for t, _, _ in unseen)
+    assert sum(1 for _, expected, _ in unseen if expected == "allow") >= 40
+    assert not {_key(t) for t, _, _ in unseen} & corpus_keys
+
+
+def test_short_lines_are_balanced_between_benign_and_toxic() -> None:
+    rows = corpus.read_tsv(corpus.TRAIN_FILE)
+    short = [(t, labels) for t, labels in rows if len(t.split()) <= 2]
+    benign = [t for t, labels in short if not set(labels) - {"obscene"}]
+    toxic = [t for t, labels in short if set(labels) - {"obscene"}]
+    # Short toxic lines must exist (so "kys" alone is caught) without short meaning toxic.
+    assert len(toxic) > 200
+    assert len(benign) > len(toxic)
+    texts = {t.lower() for t in benign}
+    assert {"go a", "poggers", "night all", "big brain"} & texts
