@@ -23,6 +23,7 @@ from loadgen.bench.artifacts import ShapeArtifacts, torch_module
 from moderator.batcher import BatchScorer
 from moderator.cache import VerdictCache, cache_key
 from moderator.classifier import Classifier, TokenIds
+from moderator.config import Settings
 from moderator.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ PAD_TO = 128
 WARMUP_TEXTS = 3
 MIN_MESSAGES = 8
 MAX_PASSES = 3
+SERVICE_MAX_BATCH = Settings().max_batch
 FETCH_CHUNK = 128  # the service fetches up to max_batch * 4 records per pipeline unit
 
 
@@ -331,9 +333,10 @@ def climb(
     repeats = list(repeat_texts[: plan.backlog])
     add(backlog_rung(best, repeats, shape=shape, key="repeats-nocache",
                      label="(40% repeats, every message scored: the next rung's texts)",
-                     max_batch=32, budget_s=budget))  # fmt: skip
+                     max_batch=SERVICE_MAX_BATCH, budget_s=budget))  # fmt: skip
     add(backlog_rung(best, repeats, shape=shape, key="cache",
-                     label="+ L1 verdict cache, 40% repeats", max_batch=32, budget_s=budget,
+                     label="+ L1 verdict cache, 40% repeats", max_batch=SERVICE_MAX_BATCH,
+                     budget_s=budget,
                      cache_l1=100_000))  # fmt: skip
     return rungs
 

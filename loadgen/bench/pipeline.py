@@ -1,7 +1,7 @@
 """The whole pipeline through Kafka and Redis, against the bare model on the same texts.
 
 Per model: the bare model scores a backlog in-process (the runtime's `BatchScorer`, max_batch
-32, the service's default, same threads); then a fresh `moderator run` (cache off) drains the
+the service's default max_batch, same threads); then a fresh `moderator run` (cache off) drains the
 same texts through the embedded broker, and the ratio of the two is the pipeline's share. The
 drain rate is the saturation rate; open-loop runs of the load generator at 25%, 50% and 90% of
 it give the end-to-end latency, with the broker's own hop measured alone in the same run. Last,
@@ -34,12 +34,13 @@ from loadgen.kafka import TopicSet
 from loadgen.runner import run_load
 from loadgen.summary import LoadSummary
 from moderator.classifier import Classifier
+from moderator.config import Settings
 from moderator.loop import run
 
 log = logging.getLogger(__name__)
 
 LOAD_FRACTIONS = (0.25, 0.5, 0.9)
-SERVICE_MAX_BATCH = 32  # Settings.max_batch's default
+SERVICE_MAX_BATCH = Settings().max_batch  # the service's default, so bare and pipeline match
 SUMMARY_KEYS = (
     "rate", "duration_s", "sent", "decided", "missing", "throughput_per_s", "p50_ms", "p90_ms",
     "p99_ms", "p999_ms", "max_ms", "over_budget_ratio", "server_total_p50_ms",

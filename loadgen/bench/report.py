@@ -207,8 +207,8 @@ def section_pipeline(pipeline: Mapping[str, Any] | None, label: str) -> list[str
     if not pipeline:
         return [*out, "_Not run (partial run)._", ""]
     out += [
-        f"Machine: **{label}**. Bare: the runtime's `BatchScorer` (max_batch 32) scoring the "
-        "backlog in-process. Pipeline: a fresh `moderator run` (cache off: no L1, no Redis) "
+        f"Machine: **{label}**. Bare: the runtime's `BatchScorer` (the service's max_batch) "
+        "scoring the backlog in-process. Pipeline: a fresh `moderator run` (cache off: no L1, no Redis) "
         "draining the same texts through the embedded Kafka broker (4 partitions), same threads; "
         "its rate is the saturation rate. Latency: the load generator, open loop, constant "
         "arrivals, no repeats, from each message's scheduled send time to its decision's "
@@ -324,9 +324,10 @@ def section_spin(spin: Mapping[str, Any] | None, label: str) -> list[str]:
         "## 5. Diagnosis: ONNX Runtime's spinning threads", "",
         f"Machine: **{label}**. One `moderator run` process, cache off, open loop at half the "
         "pipeline's saturation rate, three ways: the default (intra-op threads busy-wait between "
-        "operators and after each run), the same with `session.intra_op.allow_spinning = 0` "
-        "(set from outside by `python -m loadgen.bench.nospin run`, a diagnostic wrapper; the "
-        "moderator itself does not set it), and one thread.", "",
+        "operators and after each run: ONNX Runtime's own default, forced back on by "
+        "`python -m loadgen.bench.withspin run`, a diagnostic wrapper), the moderator as shipped "
+        "(`session.intra_op.allow_spinning = 0`, set by `moderator/classifier.py` because of "
+        "this measurement), and one thread.", "",
     ]  # fmt: skip
     for shape, res in spin.items():
         rows = [[r["label"], fmt_ms(r.get("p50_ms")), fmt_ms(r.get("p90_ms")),
@@ -530,9 +531,9 @@ def observations(results: Mapping[str, Any]) -> list[str]:
         if half and (half.get("p50_ms") or 0) > TARGET_P99_MS:
             notes.append(
                 f"Why half the saturation rate already queues ({SHAPE_NAMES.get(shape, shape)}): "
-                "the saturation rate is the drain of a backlog, which fills batches of 32; "
+                "the saturation rate is the drain of a backlog, which fills whole batches; "
                 "open-loop traffic arrives one message at a time, so the scorer runs batches of "
-                "one, whose cost with 2 spinning intra-op threads on a busy 2-core machine is near "
+                "one, whose cost with 2 intra-op threads on a busy 2-core machine is near "
                 "the arrival interval (see the batch-of-one rungs and section 5). The queue grows "
                 "until batches fill, and latency is then seconds."
             )
