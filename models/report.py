@@ -14,11 +14,14 @@ NOTES = (
     " every figure here as optimistic for real traffic.",
     "- The model still leans on words more than on intent. On the unseen set, a stereotype"
     " without a hostile word ('women belong in the kitchen not in ranked') passes, indirect"
-    " self-harm urging ('the rope is waiting for you', 'go swallow a bottle of pills') only"
-    " nudges, and an insult phrased as a superlative ('the most braindead player i've ever"
-    " queued with') passes; on the dev set a game line with 'kill everyone' is still blocked."
-    " The second and third template batches counter such shortcuts; they reduce, not remove"
-    " them. Expect false positives on violent game talk in phrasings unlike the corpus.",
+    " self-harm urging ('the rope is waiting for you') passes and ('go swallow a bottle of"
+    " pills') only nudges, an insult phrased as a superlative ('the most braindead player i've"
+    " ever queued with') passes, a crude sexual line without a vulgar word ('bang the"
+    " streamer') passes, and a game line ('blast anyone who comes through the door') is"
+    " blocked; on the dev set a game line with 'kill everyone' is still blocked. Lines like"
+    " these, far from the corpus, swing widely between trainings (the short-lines batch moved"
+    " three of them by more than 0.5 in score), so the 46-line unseen table is a noisy figure."
+    " The template batches counter such shortcuts; they reduce, not remove them.",
     "- Short benign lines (single words, emotes, game callouts, greetings) were flagged by"
     " earlier models: a short unfamiliar line read as toxic because the toxic short lists were"
     " dense and the benign ones sparse. The third template batch (`short_benign` plus contrast"

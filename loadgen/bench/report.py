@@ -208,10 +208,11 @@ def section_pipeline(pipeline: Mapping[str, Any] | None, label: str) -> list[str
         return [*out, "_Not run (partial run)._", ""]
     out += [
         f"Machine: **{label}**. Bare: the runtime's `BatchScorer` (the service's max_batch) "
-        "scoring the backlog in-process. Pipeline: a fresh `moderator run` (cache off: no L1, no Redis) "
-        "draining the same texts through the embedded Kafka broker (4 partitions), same threads; "
-        "its rate is the saturation rate. Latency: the load generator, open loop, constant "
-        "arrivals, no repeats, from each message's scheduled send time to its decision's "
+        "scoring the backlog in-process. Pipeline: a fresh `moderator run` (cache off: no L1, "
+        "no Redis) draining the same texts through the embedded Kafka broker (4 partitions), "
+        "same threads; its rate is the saturation rate. Latency: the load generator, open "
+        "loop, constant arrivals, no repeats, from each message's scheduled send time to its "
+        "decision's "
         "arrival; the broker's own produce-to-consume hop measured alone in the same run is the "
         "floor (a message crosses it twice).",
         "",
