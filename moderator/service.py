@@ -303,8 +303,10 @@ class Moderator:
             )
             records: list[InboundRecord] = []
             for tp, part in batches.items():
-                if tp not in self._deliveries:  # fetched just before a revocation
-                    continue
+                if tp not in self._deliveries:
+                    if tp not in self._consumer.assignment():
+                        continue  # fetched just before a revocation: its new owner redoes it
+                    self._adopt({tp})  # records may arrive before the listener has run
                 self._unpublished[tp] = self._unpublished.get(tp, 0) + len(part)
                 records.extend(part)
             if not records:

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from moderator.config import Settings
+from moderator.errors import InvalidRecord
+from moderator.records import parse_message
+
+MAX_RECORD_BYTES = Settings().max_record_bytes  # the moderators under test run the default
+
 
 @dataclass(frozen=True, slots=True)
 class Input:
@@ -46,24 +52,14 @@ class Ledger:
     # -- feeding -----------------------------------------------------------------------------
 
     def on_input(self, value: bytes | None, partition: int, offset: int) -> None:
+        # The moderator's own parser decides what is valid (size limit included), so the
+        # ledger can never expect a decision for a record the service rightly dead-letters.
         try:
-            data = orjson.loads(value or b"")
-        except orjson.JSONDecodeError:
+            msg = parse_message(value, timestamp_ms=0, max_bytes=MAX_RECORD_BYTES)
+        except InvalidRecord:
             self.junk_inputs += 1
             return
-        if not isinstance(data, dict):
-            self.junk_inputs += 1
-            return
-        mid, channel, sent = data.get("message_id"), data.get("channel_id"), data.get("sent_at_ms")
-        if not (isinstance(mid, str) and mid and isinstance(channel, str) and channel):
-            self.junk_inputs += 1
-            return
-        if not (isinstance(data.get("user_id"), str) and data["user_id"]):
-            self.junk_inputs += 1
-            return
-        if not isinstance(data.get("text"), str) or type(sent) is not int:
-            self.junk_inputs += 1
-            return
+        mid, channel, sent = msg.message_id, msg.channel_id, msg.sent_at_ms
         self.inputs.setdefault(mid, Input(mid, channel, sent, partition, offset))
 
     def on_decision(self, value: bytes | None, now_ms: float) -> None:

@@ -80,3 +80,12 @@ def test_quantile_is_nearest_rank() -> None:
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
     assert quantile([float(i) for i in range(1, 101)], 0.99) == 99.0
     assert quantile([5.0], 0.99) == 5.0
+
+
+def test_a_record_the_moderator_dead_letters_is_never_expected_to_be_decided() -> None:
+    ledger = Ledger()
+    too_large = orjson.dumps({"message_id": "big", "channel_id": "c", "user_id": "u",
+                              "text": "x" * 70_000, "sent_at_ms": 1})  # fmt: skip
+    ledger.on_input(too_large, 0, 0)
+    assert ledger.junk_inputs == 1
+    assert ledger.lost() == []
