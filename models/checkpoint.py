@@ -34,7 +34,7 @@ def _labels(config: Any) -> list[str]:
     return [str(id2label.get(i, id2label.get(str(i), f"label_{i}"))) for i in range(n)]
 
 
-def _scoring_module(model: Any, activation: str) -> Any:
+def scoring_module(model: Any, activation: str) -> Any:
     """Wrap `model` so forward(input_ids, attention_mask) returns activated scores."""
     import torch
 
@@ -92,7 +92,7 @@ def export_checkpoint(
         "exporting %s (%s, %d labels, %s)", hf_dir, config.model_type, len(labels), activation
     )
     result = onnx_export.export_model_dir(
-        _scoring_module(model, activation),
+        scoring_module(model, activation),
         out_dir,
         num_heads=heads,
         hidden_size=hidden,
@@ -153,7 +153,7 @@ def build_speed_shape(
     model = speed_shape_module(shape)
     heads, hidden = _heads_and_hidden(model.config)
     result = onnx_export.export_model_dir(
-        _scoring_module(model, "sigmoid"),
+        scoring_module(model, "sigmoid"),
         out_dir,
         num_heads=heads,
         hidden_size=hidden,

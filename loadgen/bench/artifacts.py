@@ -91,22 +91,6 @@ def heads_and_hidden(shape: str) -> tuple[int, int]:
     return 12, 768
 
 
-def _scores_module(model: Any) -> Any:
-    """forward(input_ids, attention_mask) -> sigmoid scores, as the exported graphs compute."""
-    import torch
-
-    class Scores(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-            return torch.sigmoid(logits)
-
-    return Scores().eval()
-
-
 def _manifest(out_dir: Path, shape: str, what: str) -> None:
     from models.onnx_export import write_manifest
 
@@ -144,7 +128,9 @@ def build_shape(shape: str, root: Path = BENCH_BUILD_DIR) -> ShapeArtifacts:
         build_speed_shape(art.fused_int8, shape, DEFAULT_TOKENIZER)
     if _ready(art.raw_fp32) and _ready(art.raw_int8):
         return art
-    module = _scores_module(torch_module(shape))
+    from models.checkpoint import scoring_module
+
+    module = scoring_module(torch_module(shape), "sigmoid").eval()
     for out_dir in (art.raw_fp32, art.raw_int8):
         out_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(DEFAULT_TOKENIZER, out_dir / onnx_export.TOKENIZER_FILE)
