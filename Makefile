@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 MODEL_DIR := models/build/chat-minilm
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help install redis model demo test lint typecheck check bench chaos report clean
+.PHONY: help install servers model demo test lint typecheck check bench chaos report clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -19,14 +19,18 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[model,plot,dev]'
 	touch $@
 
-redis:  ## install Debian's redis-server when none is on PATH
-	@command -v redis-server >/dev/null || command -v valkey-server >/dev/null || \
-	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+APT_NEEDED = $(shell command -v redis-server >/dev/null || command -v valkey-server >/dev/null \
+  || echo redis-server) $(shell command -v stunnel4 >/dev/null || command -v stunnel >/dev/null \
+  || echo stunnel4)
+
+servers:  ## Debian's redis-server, and stunnel for the TLS tests, when missing
+	@[ -z "$(strip $(APT_NEEDED))" ] || { $(SUDO) apt-get update -qq && \
+	  $(SUDO) apt-get install -y -qq $(APT_NEEDED) >/dev/null; }
 
 $(MODEL_DIR)/manifest.json: | $(VENV)/.installed
 	$(BIN)/moderator model build --out $(MODEL_DIR)
 
-install: $(VENV)/.installed redis $(MODEL_DIR)/manifest.json  ## .venv, redis-server, the default model
+install: $(VENV)/.installed servers $(MODEL_DIR)/manifest.json  ## .venv, redis-server, stunnel, the default model
 
 model: $(VENV)/.installed  ## (re)build the default model from models/data
 	$(BIN)/moderator model build --out $(MODEL_DIR)

@@ -138,18 +138,25 @@ class VerdictCache:
 
     def _trip(self, exc: BaseException) -> None:
         self.metrics.redis_errors.inc()
-        now = time.monotonic()
-        if self._redis_up.is_set() and now - self._last_warning_s > WARN_EVERY_S:
-            self._last_warning_s = now  # a flapping Redis logs once a minute, not per flap
-            log.warning(
-                "redis unavailable (%s: %s); serving from the in-process cache and the model, "
-                "retrying in the background",
-                type(exc).__name__,
-                exc,
-            )
+        if self._redis_up.is_set():
+            self._warn("failed", exc)
         self._redis_up.clear()
         self._redis_down.set()
         self.metrics.redis_up.set(0)
+
+    def _warn(self, what: str, exc: BaseException) -> None:
+        """Say why Redis is not used (a wrong password must not look like a quiet cache)."""
+        now = time.monotonic()
+        if now - self._last_warning_s > WARN_EVERY_S:
+            self._last_warning_s = now  # a flapping Redis logs once a minute, not per flap
+            log.warning(
+                "redis at %s %s (%s: %s); serving from the in-process cache and the model, "
+                "retrying in the background",
+                redact_url(self.redis_url),
+                what,
+                type(exc).__name__,
+                exc,
+            )
 
     async def _probe_loop(self) -> None:
         assert self._redis is not None
@@ -159,7 +166,7 @@ class VerdictCache:
             try:
                 await asyncio.wait_for(self._redis.ping(), max(self.timeout_s * 4, 0.25))
             except (RedisError, OSError, TimeoutError) as exc:
-                log.debug("redis probe failed: %s", exc)
+                self._warn("is unavailable", exc)
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 5.0)
                 continue

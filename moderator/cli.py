@@ -21,6 +21,7 @@ from moderator.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator.errors import ModeratorError
 from moderator.pipeline import EMPTY_TEXT_REASON
 from moderator.policy import Policy
+from moderator.redaction import protect, scrub
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
 
@@ -39,10 +40,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.command(args)
     except ModeratorError as exc:
-        print(f"moderator: error: {exc}", file=sys.stderr)
+        print(f"moderator: error: {scrub(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception:  # a bug: crash loudly, but through the logging that scrubs secrets
+        log.exception("moderator: unexpected error")
+        return 1
     return code
 
 
@@ -92,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    protect(settings.secrets())
     settings.check_model_dir()
     topics = _topic_partitions(settings, args.partitions) if args.create_topics else None
     if args.workers > 1:
@@ -109,6 +114,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_dev(args: argparse.Namespace) -> int:
     # The embedded stack ignores MODERATOR_KAFKA_BOOTSTRAP / MODERATOR_REDIS_URL: it is its own.
     base = settings_from_args(args)
+    protect(base.secrets())
     base.check_model_dir()
     with EmbeddedKafka(args.kafka_port) as kafka, EmbeddedRedis(args.redis_port) as redis:
         settings = base.replace(kafka_bootstrap=kafka.bootstrap, redis_url=redis.url)

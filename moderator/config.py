@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from moderator.errors import ConfigError
 
@@ -31,13 +31,29 @@ KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+def url_secrets(url: str) -> list[str]:
+    """The password in `url` (user info or a `password=` query value), raw and decoded."""
+    parts = urlsplit(url)
+    found = []
+    if parts.password:
+        found += [parts.password, unquote_plus(parts.password)]
+    for pair in parts.query.split("&"):
+        key, _, value = pair.partition("=")
+        if key == "password" and value:
+            found += [value, unquote_plus(value)]
+    return found
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret replaced by `***` (longest first, so none is left half-shown)."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 def redact_url(url: str) -> str:
     """`url` with any password replaced by `***` (for logs and reprs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    return redact(url, url_secrets(url))
 
 
 HELP = {
@@ -166,6 +182,10 @@ class Settings:
                 value = redact_url(value)
             shown.append(f"{f.name}={value!r}")
         return f"Settings({', '.join(shown)})"
+
+    def secrets(self) -> list[str]:
+        """Every secret these settings hold, for scrubbing logs and error messages."""
+        return [self.kafka_sasl_password, *url_secrets(self.redis_url)]
 
     def kafka_options(self) -> dict[str, Any]:
         """Connection options shared by every Kafka client (consumer, producer, admin)."""

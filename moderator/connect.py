@@ -1,0 +1,50 @@
+"""Starting a Kafka client, with an error that says what failed and which settings to check.
+
+aiokafka reports a refused TLS certificate or SASL password as "Unable to bootstrap", and a
+SCRAM rejection from some brokers as a bare `KeyError`; an operator needs the address, the
+security protocol and the settings to look at instead. Credentials never enter the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from aiokafka.errors import KafkaError
+
+from moderator.errors import KafkaConnectError
+
+
+class _Startable(Protocol):
+    async def start(self) -> None: ...
+
+
+async def start_client(client: _Startable, options: Mapping[str, Any], role: str) -> None:
+    """`await client.start()`, turning a failure into a `KafkaConnectError`."""
+    try:
+        await client.start()
+    except (KafkaError, OSError, ValueError, KeyError, AssertionError) as exc:
+        raise KafkaConnectError(describe_failure(exc, options, role)) from exc
+
+
+def describe_failure(exc: BaseException, options: Mapping[str, Any], role: str) -> str:
+    protocol = options.get("security_protocol", "PLAINTEXT")
+    how = protocol
+    if protocol.startswith("SASL"):
+        how += f" {options.get('sasl_mechanism')} as {options.get('sasl_plain_username')!r}"
+    if protocol.startswith("SASL") and not isinstance(exc, KafkaError | OSError):
+        hint = "the broker refused the SASL user name or password (MODERATOR_KAFKA_SASL_*)"
+    else:
+        hint = (
+            "check MODERATOR_KAFKA_BOOTSTRAP and MODERATOR_KAFKA_SECURITY_PROTOCOL"
+            + (", MODERATOR_KAFKA_SSL_*" if protocol.endswith("SSL") else "")
+            + (", MODERATOR_KAFKA_SASL_*" if protocol.startswith("SASL") else "")
+            + "; the log line above names the cause"
+        )
+    detail = str(exc) or "no detail"
+    if not detail.startswith(type(exc).__name__):
+        detail = f"{type(exc).__name__}: {detail}"
+    return (
+        f"{role} could not connect to Kafka at {options.get('bootstrap_servers')} over {how}: "
+        f"{detail} ({hint})"
+    )
