@@ -78,6 +78,8 @@ HELP = {
     "commit_interval_s": "how often acknowledged offsets are committed",
     "fetch_max_wait_ms": "longest the broker may hold a fetch waiting for data",
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
+    "session_timeout_ms": "a silent group member loses its partitions after this long "
+    "(shorter: faster take-over after a crash; too short: needless rebalances)",
     "kafka_security_protocol": "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
     "kafka_sasl_mechanism": "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 (with SASL_*)",
     "kafka_sasl_username": "SASL user name",
@@ -115,6 +117,7 @@ class Settings:
     commit_interval_s: float = 0.5
     fetch_max_wait_ms: int = 5
     shutdown_timeout_s: float = 15.0
+    session_timeout_ms: int = 10_000
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str = "PLAIN"
     kafka_sasl_username: str = ""
@@ -148,6 +151,8 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")
+        if self.session_timeout_ms < 1000:
+            raise bad("session_timeout_ms", f"must be at least 1000, got {self.session_timeout_ms}")
         for name in ("l1_cache_size", "fetch_max_wait_ms"):
             if getattr(self, name) < 0:
                 raise bad(name, f"must not be negative, got {getattr(self, name)}")

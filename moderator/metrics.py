@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -99,6 +100,8 @@ class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, host: str, port: int, metrics: Metrics) -> None:
+        if ":" in host:  # an IPv6 address such as ::1
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
         self.metrics = metrics
         self.ready = threading.Event()

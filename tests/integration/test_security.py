@@ -39,6 +39,7 @@ from tests.integration.tls import Pki, TlsTerminator, make_pki
 pytestmark = pytest.mark.integration
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"  # distinctive, so a leak anywhere is found by search
+MARK = f"chat-text-{uuid.uuid4().hex}"
 
 
 @pytest.fixture(scope="module")
@@ -239,8 +240,11 @@ async def test_secrets_stay_out_of_debug_logs_metrics_and_records(
     try:
         found = await read_until(proc, r"metrics +http://([\d.]+):(\d+)/metrics", seen)
         base = f"http://{found[1]}:{found[2]}"
+        # Chat text is data: even a line made to look like a log line or a format string is
+        # never logged, at any level.
+        hostile = f"{MARK} %s %(x)s {{0}} \x1b[2J\n2026-01-01 ERROR moderator: fake line"
         await produce(tls_settings.kafka_options(), tls_settings.in_topic,
-                      [chat(i, f"hi {i}") for i in range(10)])  # fmt: skip
+                      [chat(i, f"hi {i}" if i else hostile) for i in range(10)])  # fmt: skip
         records = await consume(tls_settings.kafka_options(), tls_settings.out_topic,
                                 until=distinct_ids(10))  # fmt: skip
         assert len(decisions_by_id(records)) == 10
@@ -264,6 +268,8 @@ async def test_secrets_stay_out_of_debug_logs_metrics_and_records(
     for where, text in (("output", output), ("metrics", pages["/metrics"][1].decode()),
                         ("decisions", decisions.decode())):  # fmt: skip
         assert SECRET not in text, f"the Redis password leaked into the {where}"
+    assert MARK not in output, "chat text reached a log line"
+    assert "fake line" not in output
     assert orjson.loads(records[0].value)["message_id"].startswith("m-")
 
 
