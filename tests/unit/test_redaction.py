@@ -55,6 +55,7 @@ def captured() -> Iterator[io.StringIO]:
 
 def test_protected_secrets_never_reach_a_handler(captured: io.StringIO) -> None:
     log = logging.getLogger("some.library")
+    log.setLevel(logging.DEBUG)  # whatever earlier tests did to the levels
     log.warning("connecting with %s", "redis://:top-secret-pw@h/0")
     try:
         raise ValueError("bad password top-secret-pw")
