@@ -117,7 +117,7 @@ class Settings:
     commit_interval_s: float = 0.5
     fetch_max_wait_ms: int = 5
     shutdown_timeout_s: float = 15.0
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = 6_000  # the least a stock Kafka broker accepts
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str = "PLAIN"
     kafka_sasl_username: str = ""

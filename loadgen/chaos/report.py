@@ -39,10 +39,14 @@ STATIC_NOTES = """\
   clear by themselves were not provoked: the moderator's producer request timeout is not a
   setting, and a 40 s freeze would be a second broker-freeze scenario.
 - **Broker unreachable** is a SIGSTOP of the broker process (connections stay open, requests
-  hang), past the 10 s group session timeout. Dropping the port (a firewall rule) was not tried:
+  hang) for 12 s, past the 6 s group session timeout. Dropping the port (a firewall rule) was not tried:
   only loopback traffic is allowed and no firewall change was made.
 - **Redis** is tried both ways: SIGKILL (connections refused, restarted empty on the same port)
   and SIGSTOP (calls hang until the 25 ms Redis timeout).
+- **Time to take over after a crash** is mostly the group session timeout: the broker hands the
+  dead member's partitions to the new one only when that session expires (plus Tansu's join of
+  about 5 s). The three SIGKILL rows (3 s, 6 s = the default, 10 s = aiokafka's default) show the
+  trade-off; a shorter session also means a member that stalls that long is dropped.
 - **One broker**: Tansu with in-memory storage and one replica; leader elections, ISR shrinks and
   broker restarts with data loss are out of reach here.
 - The machine is shared and noisy (another benchmark may run at the same time): latency figures

@@ -8,6 +8,7 @@ until the per-second p99 (by send second) is back within the 50 ms budget for th
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -26,6 +27,7 @@ from loadgen.chaos.procs import ModeratorProc, metric_sum
 from loadgen.chaos.results import ScenarioResult, now_ms
 from loadgen.chaos.stage import BUDGET_MS, Stage, drain_rate
 from loadgen.kafka import TopicSet
+from moderator.service import RETRY_BACKOFF_S, RETRY_JITTER
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ class Plan:
     """Sizes and times of a run; `make(quick=True)` is the short one.
 
     Traffic runs `fault_at_s` before the fault and `after_s` after it ends, or `after_kill_s`
-    where a new group member must wait out a dead one's 10 s session.
+    where a new group member must wait out a dead one's session (6 s by default, 10 s at most).
     """
 
     quick: bool = False
@@ -107,15 +109,20 @@ def _attach_logs(res: ScenarioResult, *procs: ModeratorProc) -> None:
 # -- 1. SIGKILL then restart -------------------------------------------------------------------
 
 
-async def sigkill_restart(ctx: Context, res: ScenarioResult) -> None:
+async def sigkill_restart(
+    ctx: Context, res: ScenarioResult, session_timeout_ms: int | None = None
+) -> None:
+    """The take-over waits for the broker to expire the killed member's session, so
+    `session_timeout_ms` (the moderator's default if None) sets most of the time to recover."""
     p = ctx.plan
     async with ctx.stage("kill") as st:
-        a = await st.start("a")
+        env = st.env(session_timeout_ms=str(session_timeout_ms)) if session_timeout_ms else None
+        a = await st.start("a", env)
         load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.after_kill_s))
         await asyncio.sleep(p.fault_at_s)
         fault_ms = now_ms()
         a.kill()
-        b = st.spawn("b")  # restarted at once, as a supervisor would
+        b = st.spawn("b", env)  # restarted at once, as a supervisor would
         committed = await st.committed()  # before b can join: what a had committed
         ready_s = await asyncio.to_thread(b.wait_ready)
         b_ready_ms = now_ms()
@@ -434,8 +441,11 @@ async def publish_failure(ctx: Context, res: ScenarioResult) -> None:
 def _backoff_summary(backoffs: list[float]) -> str:
     if not backoffs:
         return "none"
-    distinct = sorted(set(backoffs))
-    return f"{len(backoffs)} retries, back-offs {', '.join(f'{b:g}' for b in distinct)}"
+    ordered = sorted(backoffs)
+    median = ordered[len(ordered) // 2]
+    return (f"{len(ordered)} retries; back-off min {ordered[0]:g} s, median {median:g} s, "
+            f"max {ordered[-1]:g} s (steps {', '.join(f'{b:g}' for b in RETRY_BACKOFF_S)} s, "
+            f"each drawn within ±{RETRY_JITTER:.0%})")  # fmt: skip
 
 
 # -- 7. overload -------------------------------------------------------------------------------
@@ -597,7 +607,13 @@ async def _produce_raw(bootstrap: str, topic: str, records: list[Any]) -> None:
 
 SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
     "sigkill": ("SIGKILL mid-stream, restart", "moderator SIGKILLed under load, a new one "
-                "started at once", sigkill_restart),
+                "started at once (session timeout 6 s, the default)", sigkill_restart),
+    "sigkill-3s": ("SIGKILL, session timeout 3 s", "as above with "
+                   "MODERATOR_SESSION_TIMEOUT_MS=3000",
+                   functools.partial(sigkill_restart, session_timeout_ms=3000)),
+    "sigkill-10s": ("SIGKILL, session timeout 10 s", "as above with "
+                    "MODERATOR_SESSION_TIMEOUT_MS=10000 (aiokafka's default)",
+                    functools.partial(sigkill_restart, session_timeout_ms=10_000)),
     "rebalance": ("Instances join, then leave", "two more instances join the group under load, "
                   "then leave with SIGTERM", rebalance),
     "sigterm": ("SIGTERM under load", "SIGTERM under load; a new instance started after "
