@@ -21,6 +21,8 @@ from types import TracebackType
 from typing import Self
 from urllib.parse import quote
 
+import redis
+
 from moderator.errors import ModeratorError
 
 log = logging.getLogger(__name__)
@@ -251,8 +253,6 @@ class EmbeddedRedis(_ServerProcess):
     def _ready(self) -> bool:
         if not port_in_use(self.port):
             return False
-        import redis
-
         try:
             client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
             with client:

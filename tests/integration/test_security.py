@@ -29,7 +29,7 @@ import redis
 from moderator.cache import KEY_PREFIX
 from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.embedded import EmbeddedKafka, EmbeddedRedis
+from moderator.embedded import EmbeddedKafka, EmbeddedRedis, free_port
 from moderator.errors import KafkaConnectError
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
@@ -50,10 +50,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def tls_kafka(pki: Pki) -> Iterator[EmbeddedKafka]:
     """Tansu reached only through stunnel: clients speak TLS to the advertised port."""
-    broker = EmbeddedKafka(advertise_port=None)
-    terminator = TlsTerminator(upstream_port=broker.port, tls=pki.server)
-    broker.advertise_port = terminator.port
-    with broker, terminator:
+    tls_port = free_port()
+    broker = EmbeddedKafka(advertise_port=tls_port)
+    with broker, TlsTerminator(upstream_port=broker.port, tls=pki.server, port=tls_port):
         yield broker
 
 
