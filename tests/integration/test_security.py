@@ -57,6 +57,16 @@ def tls_kafka(pki: Pki) -> Iterator[EmbeddedKafka]:
 
 
 @pytest.fixture(scope="module")
+def mtls_kafka(pki: Pki) -> Iterator[EmbeddedKafka]:
+    """As `tls_kafka`, but the terminator lets in only clients with a certificate of our CA."""
+    tls_port = free_port()
+    broker = EmbeddedKafka(advertise_port=tls_port)
+    terminator = TlsTerminator(broker.port, pki.server, tls_port, require_client_cert=True)
+    with broker, terminator:
+        yield broker
+
+
+@pytest.fixture(scope="module")
 def tls_redis(pki: Pki) -> Iterator[EmbeddedRedis]:
     with EmbeddedRedis(password=SECRET, tls=pki.server) as server:
         yield server
@@ -107,6 +117,30 @@ async def test_moderates_over_tls_with_a_password_protected_tls_redis(
     assert set(decisions) == {f"m-{i}" for i in range(40)}
     assert {d["action"] for d in decisions.values()} >= {"allow", "block"}
     assert verdict_keys(tls_settings.redis_url) >= keys_before + 4, "verdicts written over TLS"
+
+
+async def test_mutual_tls_moderates_with_a_client_certificate_and_refuses_without(
+    tls_settings: Settings, mtls_kafka: EmbeddedKafka, pki: Pki, classifier: Classifier
+) -> None:
+    settings = tls_settings.replace(
+        kafka_bootstrap=mtls_kafka.bootstrap,
+        kafka_ssl_certfile=pki.client.cert,
+        kafka_ssl_keyfile=pki.client.key,
+        redis_url="",
+    )
+    topics = {settings.in_topic: 2, settings.out_topic: 2, settings.dlq_topic: 1}
+    await ensure_topics(settings.kafka_options(), topics)
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        await produce(settings.kafka_options(), settings.in_topic,
+                      [chat(i, f"with a client certificate {i}") for i in range(20)])  # fmt: skip
+        records = await consume(settings.kafka_options(), settings.out_topic,
+                                until=distinct_ids(20))  # fmt: skip
+    assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(20)}
+
+    anonymous = settings.replace(kafka_ssl_certfile=None, kafka_ssl_keyfile=None)
+    with pytest.raises(KafkaConnectError, match="over SSL"):
+        await asyncio.wait_for(Moderator(anonymous, classifier=classifier).start(), 60)
 
 
 async def test_an_untrusted_broker_certificate_fails_start_up_clearly(

@@ -21,9 +21,10 @@ from moderator.embedded import EmbeddedServerError, TlsFiles, _ServerProcess
 
 @dataclass(frozen=True)
 class Pki:
-    """The server's files (trusted by `server.ca`) and a CA that signed nothing of ours."""
+    """Server and client files from one CA (`server.ca`), and a CA that signed nothing of ours."""
 
     server: TlsFiles
+    client: TlsFiles
     other_ca: Path
 
 
@@ -35,20 +36,33 @@ def make_pki(directory: Path) -> Pki:
     leaf.private_key_pem.write_to_path(str(files.key))
     files.cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
     ca.cert_pem.write_to_path(str(files.ca))
+    client = TlsFiles(cert=directory / "client.pem", key=directory / "client.key", ca=files.ca)
+    moderator = ca.issue_cert("moderator.clients.test")
+    moderator.private_key_pem.write_to_path(str(client.key))
+    client.cert.write_bytes(b"".join(blob.bytes() for blob in moderator.cert_chain_pems))
     other = directory / "other-ca.pem"
     trustme.CA().cert_pem.write_to_path(str(other))
-    return Pki(server=files, other_ca=other)
+    return Pki(server=files, client=client, other_ca=other)
 
 
 class TlsTerminator(_ServerProcess):
-    """stunnel: TLS on `port`, forwarded in plaintext to 127.0.0.1:`upstream_port`."""
+    """stunnel: TLS on `port`, forwarded in plaintext to 127.0.0.1:`upstream_port`; with
+    `require_client_cert`, only clients with a certificate from `tls.ca` get through (mTLS)."""
 
     name = "stunnel"
 
-    def __init__(self, upstream_port: int, tls: TlsFiles, port: int | None = None) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        tls: TlsFiles,
+        port: int | None = None,
+        *,
+        require_client_cert: bool = False,
+    ) -> None:
         super().__init__(port)
         self.upstream_port = upstream_port
         self.tls = tls
+        self.require_client_cert = require_client_cert
         self._dir = tempfile.TemporaryDirectory(prefix="stunnel-")
 
     def _command(self) -> list[str]:
@@ -64,7 +78,9 @@ class TlsTerminator(_ServerProcess):
             f"connect = 127.0.0.1:{self.upstream_port}\n"
             f"cert = {self.tls.cert}\n"
             f"key = {self.tls.key}\n"
-        )
+            + (f"CAfile = {self.tls.ca}\nverifyChain = yes\nrequireCert = yes\n"
+               if self.require_client_cert else "")
+        )  # fmt: skip
         return [binary, str(config)]
 
     def stop(self, timeout_s: float = 5.0) -> None:
