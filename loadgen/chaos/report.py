@@ -34,13 +34,12 @@ STATIC_NOTES = """\
   (aiokafka reports it as `UnknownError`, code 87 is unknown to it), the moderator's delivery
   future fails, and its retry path runs. Tansu reads schemas only at start-up, and a resend carries
   the same bytes, so a refused decision stays refused: the partition's commits are held (which is
-  the contract) until the process restarts and decides the input again. Timeouts of produce
-  requests (a broker frozen past the producer's 40 s request timeout) and transient errors that
-  clear by themselves were not provoked: the moderator's producer request timeout is not a
-  setting, and a 40 s freeze would be a second broker-freeze scenario.
+  the contract) until the process restarts and decides the input again. Produce requests that
+  time out and then succeed on a re-send are provoked by the 45 s broker freeze.
 - **Broker unreachable** is a SIGSTOP of the broker process (connections stay open, requests
-  hang) for 12 s, past the 6 s group session timeout. Dropping the port (a firewall rule) was not tried:
-  only loopback traffic is allowed and no firewall change was made.
+  hang): for 12 s, past the 6 s group session timeout, and for 45 s, past the producer's 40 s
+  request timeout as well. Dropping the port (a firewall rule) was not tried: only loopback
+  traffic is allowed and no firewall change was made.
 - **Redis** is tried both ways: SIGKILL (connections refused, restarted empty on the same port)
   and SIGSTOP (calls hang until the 25 ms Redis timeout).
 - **Time to take over after a crash** is mostly the group session timeout: the broker hands the

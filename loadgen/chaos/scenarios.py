@@ -324,28 +324,37 @@ async def redis_frozen(ctx: Context, res: ScenarioResult) -> None:
 # -- 5. broker frozen --------------------------------------------------------------------------
 
 
-async def broker_frozen(ctx: Context, res: ScenarioResult) -> None:
+async def broker_frozen(ctx: Context, res: ScenarioResult, freeze_s: float | None = None) -> None:
+    """`freeze_s` past the producer's 40 s request timeout makes in-flight sends time out and
+    go through the re-send path, with commits failing until the thaw."""
     p = ctx.plan
+    freeze_s = freeze_s or p.broker_freeze_s
     async with ctx.stage("broker-freeze", redis=False) as st:
         assert st.broker is not None
         a = await st.start("a")
-        traffic_s = p.fault_at_s + p.broker_freeze_s + p.after_kill_s
+        traffic_s = p.fault_at_s + freeze_s + p.after_kill_s
         load = asyncio.create_task(st.load(p.rate, traffic_s))
         await asyncio.sleep(p.fault_at_s)
         fault_ms = now_ms()
         st.broker.freeze()
-        await asyncio.sleep(p.broker_freeze_s)
+        await asyncio.sleep(freeze_s)
         st.broker.thaw()
         thaw_ms = now_ms()
         await _traffic_and_finish(st, res, load, fault_ms, timeout_s=180)
         lg = st.obs.ledger
         crashes = a.count_log("failed; stopping the moderator")
-        res.figure("frozen for", f"{p.broker_freeze_s:g} s (SIGSTOP, then SIGCONT)")
+        res.figure("frozen for", f"{freeze_s:g} s (SIGSTOP, then SIGCONT)")
         res.figure("thaw → first decision of a message sent after the thaw",
                    _fmt_s(lg.first_decision_after(thaw_ms)))  # fmt: skip
         res.figure(
             "thaw → p99 within budget for good", _fmt_s(lg.back_under_budget(thaw_ms, BUDGET_MS))
         )
+        res.figure("publish re-sends (timed-out or failed deliveries)",
+                   f"{a.metric('moderator_publish_retries_total') or 0:.0f}")  # fmt: skip
+        failed, ok = (
+            a.metric(f'moderator_commits_total{{result="{r}"}}') or 0 for r in ("failed", "ok")
+        )
+        res.figure("commits failed / succeeded", f"{failed:.0f} / {ok:.0f}")
         res.figure("warnings logged", a.count_log("WARNING"))
         res.check("the moderator never stopped (no crash, no restart)", a.alive() and not crashes,
                   f"alive={a.alive()}, fatal log lines {crashes}")  # fmt: skip
@@ -624,6 +633,9 @@ SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
                      "SIGCONT", redis_frozen),
     "broker-freeze": ("Broker frozen", "the Kafka broker SIGSTOPped under load, then "
                       "SIGCONT", broker_frozen),
+    "broker-freeze-long": ("Broker frozen past the request timeout", "the broker SIGSTOPped "
+                           "for 45 s, past the producer's 40 s request timeout, then SIGCONT",
+                           functools.partial(broker_frozen, freeze_s=45.0)),
     "publish-fail": ("Publishing decisions fails", "the broker refuses decisions "
                      "(INVALID_RECORD) for a few seconds", publish_failure),
     "overload": ("Overload at 3x saturation", "3x the saturation rate, degraded mode "
