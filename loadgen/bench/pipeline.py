@@ -19,15 +19,9 @@ from typing import Any
 
 from loadgen.bench.ladder import backlog_rung
 from loadgen.bench.profile import finish_profile, start_profile
-from loadgen.bench.stack import (
-    ModeratorConfig,
-    create_topics,
-    drain,
-    moderator,
-    read_status_kb,
-    warm_up,
-)
+from loadgen.bench.stack import ModeratorConfig, create_topics, drain, moderator, warm_up
 from loadgen.bench.texts import SEED, bench_texts
+from loadgen.child import read_status_kb
 from loadgen.config import LoadConfig
 from loadgen.hop import HopResult, measure_hop
 from loadgen.kafka import TopicSet

@@ -10,20 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import re
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
+from loadgen.child import StdoutReader, is_ready, moderator_env
 from loadgen.kafka import TopicSet, assign_at_end, make_consumer, make_producer
 from moderator.embedded import EmbeddedRedis, terminate
 from moderator.topics import ensure_topics
@@ -34,7 +31,6 @@ PARTITIONS = 4
 CHANNELS = 16
 READY_TIMEOUT_S = 90.0
 WARMUP_MESSAGES = 64
-_METRICS_LINE = re.compile(r"metrics\s+http://[\d.]+:(\d+)/metrics")
 
 
 @dataclass(frozen=True)
@@ -48,22 +44,12 @@ class ModeratorConfig:
     module: str = "moderator"  # run as `python -m MODULE run` (a diagnostic may wrap it)
 
     def env(self, bootstrap: str, names: TopicSet, redis_url: str) -> dict[str, str]:
-        env = dict(
-            os.environ,
-            MODERATOR_KAFKA_BOOTSTRAP=bootstrap,
-            MODERATOR_IN_TOPIC=names.in_topic,
-            MODERATOR_OUT_TOPIC=names.out_topic,
-            MODERATOR_DLQ_TOPIC=names.dlq_topic,
-            MODERATOR_GROUP_ID=names.group_id,
-            MODERATOR_MODEL_DIR=str(self.model_dir),
-            MODERATOR_THREADS=str(self.threads),
-            MODERATOR_METRICS_PORT="0",
-            MODERATOR_REDIS_URL=redis_url,
-            MODERATOR_DEGRADED_MODE="off",  # every message waits for the model
-        )
-        if not self.cache:
-            env["MODERATOR_L1_CACHE_SIZE"] = "0"
-        return env
+        no_cache = {} if self.cache else {"l1_cache_size": "0"}
+        return moderator_env(
+            bootstrap, names, model_dir=self.model_dir, threads=self.threads,
+            redis_url=redis_url, degraded_mode="off",  # every message waits for the model
+            **no_cache,
+        )  # fmt: skip
 
 
 @dataclass
@@ -72,8 +58,11 @@ class ModeratorProcess:
 
     proc: subprocess.Popen[bytes]
     workers: int
-    metrics_ports: list[int] = field(default_factory=list)
-    _lines: list[str] = field(default_factory=list)
+    stdout: StdoutReader
+
+    @property
+    def metrics_ports(self) -> list[int]:
+        return self.stdout.metrics_ports
 
     def pids(self) -> list[int]:
         """The processes that moderate: the workers' pids, or the single process's."""
@@ -82,7 +71,7 @@ class ModeratorProcess:
         return child_pids(self.proc.pid)
 
     def output(self) -> str:
-        return "".join(self._lines[-40:])
+        return "".join(self.stdout.lines[-40:])
 
 
 def child_pids(pid: int) -> list[int]:
@@ -93,23 +82,6 @@ def child_pids(pid: int) -> list[int]:
             text = (task / "children").read_text().split()
             found.extend(int(p) for p in text)
     return sorted(found)
-
-
-def _pump(stream: IO[bytes], mp: ModeratorProcess) -> None:
-    for raw in iter(stream.readline, b""):
-        line = raw.decode(errors="replace")
-        mp._lines.append(line)
-        match = _METRICS_LINE.search(line)
-        if match:
-            mp.metrics_ports.append(int(match.group(1)))
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-            return int(resp.status) == 200
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -130,9 +102,8 @@ def moderator(
             stdout=subprocess.PIPE,
             stderr=stderr if stderr is not None else subprocess.DEVNULL,
         )
-        mp = ModeratorProcess(proc, cfg.workers)
         assert proc.stdout is not None
-        threading.Thread(target=_pump, args=(proc.stdout, mp), daemon=True).start()
+        mp = ModeratorProcess(proc, cfg.workers, StdoutReader(proc.stdout))
         try:
             _wait_ready(mp, cfg.workers)
             yield mp
@@ -146,7 +117,7 @@ def _wait_ready(mp: ModeratorProcess, workers: int) -> None:
         if mp.proc.poll() is not None:
             raise RuntimeError(f"moderator exited with {mp.proc.returncode}:\n{mp.output()}")
         ports = list(mp.metrics_ports)
-        if len(ports) >= workers and all(_ready(p) for p in ports):
+        if len(ports) >= workers and all(is_ready(p) for p in ports):
             return
         time.sleep(0.1)
     raise RuntimeError(f"moderator not ready within {READY_TIMEOUT_S:.0f} s:\n{mp.output()}")
@@ -248,14 +219,3 @@ async def warm_up(bootstrap: str, names: TopicSet, texts: Sequence[str]) -> None
     result = await drain(bootstrap, names, texts[:WARMUP_MESSAGES], prefix="warm", timeout_s=60)
     if result.decided < result.messages:
         raise RuntimeError(f"warm-up: {result.decided}/{result.messages} decided")
-
-
-def read_status_kb(pid: int, fields: Sequence[str] = ("VmRSS", "VmHWM")) -> dict[str, int]:
-    """Memory fields of /proc/PID/status, in kB."""
-    out: dict[str, int] = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            name, _, rest = line.partition(":")
-            if name in fields:
-                out[name] = int(rest.split()[0])
-    return out

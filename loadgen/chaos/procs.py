@@ -10,25 +10,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
+from loadgen.child import StdoutReader, is_ready, moderator_env, read_status_kb
 from loadgen.kafka import TopicSet
 from moderator.embedded import EmbeddedKafka, terminate
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 120.0
-_METRICS_LINE = re.compile(r"metrics\s+http://[\d.]+:(\d+)/metrics")
 
 
 class Broker(EmbeddedKafka):
@@ -81,9 +78,13 @@ class ModeratorProc:
     proc: subprocess.Popen[bytes]
     log_path: Path
     started_s: float
-    metrics_port: int | None = None
+    stdout: StdoutReader
     exit_code: int | None = None
-    _stdout: list[str] = field(default_factory=list)
+
+    @property
+    def metrics_port(self) -> int | None:
+        ports = self.stdout.metrics_ports
+        return ports[0] if ports else None
 
     @property
     def pid(self) -> int:
@@ -122,14 +123,7 @@ class ModeratorProc:
         return None if text is None else metric_sum(text, prefix)
 
     def ready(self) -> bool:
-        if self.metrics_port is None:
-            return False
-        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                return int(response.status) == 200
-        except OSError:
-            return False
+        return self.metrics_port is not None and is_ready(self.metrics_port)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
         """Block until /readyz answers 200; return the seconds since the process started."""
@@ -146,11 +140,7 @@ class ModeratorProc:
 
     def rss_kb(self) -> int | None:
         """VmRSS of the process, in kB (None once it is gone)."""
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return None
+        return read_status_kb(self.pid, ["VmRSS"]).get("VmRSS")
 
     def kill(self) -> None:
         """SIGKILL, no goodbye."""
@@ -186,23 +176,13 @@ class ModeratorEnv:
     names: TopicSet
     model_dir: Path
     threads: int = 1
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...] = ()  # (setting, value): ("max_batch", "8")
 
     def env(self) -> dict[str, str]:
-        env = dict(
-            os.environ,
-            MODERATOR_KAFKA_BOOTSTRAP=self.bootstrap,
-            MODERATOR_REDIS_URL=self.redis_url,
-            MODERATOR_IN_TOPIC=self.names.in_topic,
-            MODERATOR_OUT_TOPIC=self.names.out_topic,
-            MODERATOR_DLQ_TOPIC=self.names.dlq_topic,
-            MODERATOR_GROUP_ID=self.names.group_id,
-            MODERATOR_MODEL_DIR=str(self.model_dir),
-            MODERATOR_THREADS=str(self.threads),
-            MODERATOR_METRICS_PORT="0",
-        )
-        env.update(dict(self.extra))
-        return env
+        return moderator_env(
+            self.bootstrap, self.names, model_dir=self.model_dir, threads=self.threads,
+            redis_url=self.redis_url, **dict(self.extra),
+        )  # fmt: skip
 
 
 def start_moderator(cfg: ModeratorEnv, name: str, log_dir: Path) -> ModeratorProc:
@@ -216,19 +196,8 @@ def start_moderator(cfg: ModeratorEnv, name: str, log_dir: Path) -> ModeratorPro
             stdout=subprocess.PIPE,
             stderr=log_file,
         )
-    mp = ModeratorProc(name, proc, log_path, time.monotonic())
     assert proc.stdout is not None
-    threading.Thread(target=_pump, args=(proc.stdout, mp), daemon=True).start()
-    return mp
-
-
-def _pump(stream: IO[bytes], mp: ModeratorProc) -> None:
-    for raw in iter(stream.readline, b""):
-        line = raw.decode(errors="replace")
-        mp._stdout.append(line)
-        match = _METRICS_LINE.search(line)
-        if match:
-            mp.metrics_port = int(match.group(1))
+    return ModeratorProc(name, proc, log_path, time.monotonic(), StdoutReader(proc.stdout))
 
 
 def default_log_dir() -> Path:

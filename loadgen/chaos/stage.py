@@ -122,7 +122,7 @@ class Stage:
             redis_url=self.redis.url if self.redis is not None else "",
             names=names or self.names,
             model_dir=self.model_dir,
-            extra=tuple((f"MODERATOR_{k.upper()}", v) for k, v in settings.items()),
+            extra=tuple(settings.items()),
         )
 
     def spawn(self, name: str, env: ModeratorEnv | None = None) -> ModeratorProc:

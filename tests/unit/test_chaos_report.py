@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from loadgen.chaos.hostile import CASES, CaseOutcome
 from loadgen.chaos.procs import metric_sum
 from loadgen.chaos.report import render
 from loadgen.chaos.results import ScenarioResult
 from loadgen.chaos.scenarios import SCENARIOS, Plan, reject_window_schema
+from loadgen.child import moderator_env
+from loadgen.kafka import TopicSet
 
 METRICS = """\
 # HELP moderator_commits_total Offset commits
@@ -57,8 +61,10 @@ def test_the_report_has_the_machine_the_tables_and_what_failed() -> None:
 
 
 def test_every_scenario_is_listed_and_quick_is_shorter() -> None:
-    assert list(SCENARIOS) == ["sigkill", "rebalance", "sigterm", "redis-kill", "redis-freeze",
-                               "broker-freeze", "publish-fail", "overload", "hostile"]  # fmt: skip
+    assert list(SCENARIOS) == ["sigkill", "sigkill-3s", "sigkill-10s", "rebalance", "sigterm",
+                               "redis-kill", "redis-freeze", "broker-freeze",
+                               "broker-freeze-long", "publish-fail", "overload",
+                               "hostile"]  # fmt: skip
     full, quick = Plan.make(quick=False), Plan.make(quick=True)
     assert quick.after_s < full.after_s
     assert quick.junk < full.junk == 10_000
@@ -68,3 +74,12 @@ def test_the_refusal_schema_names_the_window() -> None:
     schema = reject_window_schema(10, 20)
     rule = schema["properties"]["value"]["properties"]["decided_at_ms"]
     assert rule == {"not": {"minimum": 10, "maximum": 20}}
+
+
+def test_child_env_maps_settings_to_moderator_variables(tmp_path: Path) -> None:
+    names = TopicSet("i", "o", "d", "g")
+    env = moderator_env("127.0.0.1:1", names, model_dir=tmp_path, threads=2, redis_url="",
+                        session_timeout_ms="3000")  # fmt: skip
+    assert env["MODERATOR_SESSION_TIMEOUT_MS"] == "3000"
+    assert env["MODERATOR_METRICS_PORT"] == "0"
+    assert (env["MODERATOR_IN_TOPIC"], env["MODERATOR_GROUP_ID"]) == ("i", "g")
