@@ -18,17 +18,19 @@ from typing import IO
 
 from loadgen.kafka import TopicSet
 
-METRICS_LINE = re.compile(r"metrics\s+http://[\d.]+:(\d+)/metrics")
+METRICS_LINE = re.compile(r"metrics\s+http://\S+:(\d+)/metrics")
 
 
 def moderator_env(
     bootstrap: str, names: TopicSet, *, model_dir: Path, threads: int, redis_url: str,
     **settings: str,
 ) -> dict[str, str]:  # fmt: skip
-    """This process's environment plus the moderator's settings; `settings` are further
-    `MODERATOR_<NAME>` values (`degraded_mode="off"` → `MODERATOR_DEGRADED_MODE=off`)."""
+    """This process's environment, without any `MODERATOR_*` of the shell (a run sets what it
+    means), plus the moderator's settings; `settings` are further `MODERATOR_<NAME>` values
+    (`degraded_mode="off"` → `MODERATOR_DEGRADED_MODE=off`)."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("MODERATOR_")}
     env = dict(
-        os.environ,
+        inherited,
         MODERATOR_KAFKA_BOOTSTRAP=bootstrap,
         MODERATOR_REDIS_URL=redis_url,
         MODERATOR_IN_TOPIC=names.in_topic,

@@ -145,8 +145,10 @@ async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
     running = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         running.add_signal_handler(signum, on_signal, signum)
+    host = settings.metrics_host.strip("[]")
+    host = f"[{host}]" if ":" in host else host
     print(
-        f"metrics  http://{settings.metrics_host}:{moderator.metrics_port}/metrics "
+        f"metrics  http://{host}:{moderator.metrics_port}/metrics "
         "(/healthz, /readyz)",
         flush=True,
     )

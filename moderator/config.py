@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from moderator.errors import ConfigError
 
@@ -32,16 +32,17 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def url_secrets(url: str) -> list[str]:
-    """The password in `url` (user info or a `password=` query value), raw and decoded."""
+    """The password in `url` (user info, or a `password=` query value) in every spelling a line
+    may show: as written, and decoded the ways redis-py (unquote) and forms (unquote_plus) do."""
     parts = urlsplit(url)
-    found = []
+    raw = []
     if parts.password:
-        found += [parts.password, unquote_plus(parts.password)]
+        raw.append(parts.password)
     for pair in parts.query.split("&"):
         key, _, value = pair.partition("=")
-        if key == "password" and value:
-            found += [value, unquote_plus(value)]
-    return found
+        if unquote_plus(key) == "password" and value:
+            raw.append(value)
+    return [form for value in raw for form in (value, unquote(value), unquote_plus(value))]
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -143,8 +144,8 @@ class Settings:
                 raise bad(name, "must not be empty")
         if len({self.in_topic, self.out_topic, self.dlq_topic}) != 3:
             raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
-        if self.redis_url and urlsplit(self.redis_url).scheme not in ("redis", "rediss", "unix"):
-            raise bad("redis_url", "must be a redis://, rediss:// or unix:// URL, or empty")
+        if self.redis_url:
+            self._check_redis_url(bad)
         positive = ("threads", "budget_ms", "max_batch", "max_in_flight", "max_record_bytes",
                     "cache_ttl_s", "redis_timeout_ms", "commit_interval_s",
                     "shutdown_timeout_s")  # fmt: skip
@@ -176,6 +177,19 @@ class Settings:
         if self.policy is not None and not self.policy.is_file():
             raise bad("policy", f"{self.policy} is not a file")
 
+    def _check_redis_url(self, bad: Callable[[str, str], ConfigError]) -> None:
+        # The URL is never echoed: it may hold a password.
+        parts = urlsplit(self.redis_url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise bad("redis_url", "must be a redis://, rediss:// or unix:// URL, or empty")
+        try:
+            parts.port  # noqa: B018 - raises for a port that is not a number
+        except ValueError:
+            parts = parts._replace(fragment="x")
+        if parts.fragment:
+            raise bad("redis_url", "is not a valid URL: percent-encode '#', '/', '?' and '%' "
+                      "in the user name and password")  # fmt: skip
+
     def __repr__(self) -> str:
         """Settings without secrets: no SASL password, no password in the Redis URL."""
         shown = []
@@ -191,6 +205,19 @@ class Settings:
     def secrets(self) -> list[str]:
         """Every secret these settings hold, for scrubbing logs and error messages."""
         return [self.kafka_sasl_password, *url_secrets(self.redis_url)]
+
+    def consumer_timeouts(self) -> dict[str, int]:
+        """The consumer's group timeouts. Heartbeats go every third of the session; a rebalance
+        may last as long as draining revoked partitions can (`shutdown_timeout_s`), or the member
+        is dropped mid-hand-over; requests (a JoinGroup waits out the rebalance) outlast both."""
+        session = self.session_timeout_ms
+        rebalance = max(session, int(self.shutdown_timeout_s * 1000) + 5000)
+        return {
+            "session_timeout_ms": session,
+            "heartbeat_interval_ms": max(session // 3, 300),
+            "rebalance_timeout_ms": rebalance,
+            "request_timeout_ms": max(40_000, rebalance + 5000),
+        }
 
     def kafka_options(self) -> dict[str, Any]:
         """Connection options shared by every Kafka client (consumer, producer, admin)."""

@@ -7,12 +7,23 @@ security protocol and the settings to look at instead. Credentials never enter t
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+    IllegalSaslStateError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 
 from moderator.errors import KafkaConnectError
+
+REFUSED_LOGIN = (SaslAuthenticationFailed, AuthenticationFailedError, IllegalSaslStateError)
+UNSUPPORTED_MECHANISM = (UnsupportedSaslMechanismError, AuthenticationMethodNotSupported)
 
 
 class _Startable(Protocol):
@@ -23,7 +34,7 @@ async def start_client(client: _Startable, options: Mapping[str, Any], role: str
     """`await client.start()`, turning a failure into a `KafkaConnectError`."""
     try:
         await client.start()
-    except (KafkaError, OSError, ValueError, KeyError, AssertionError) as exc:
+    except (KafkaError, OSError, ValueError, KeyError, AssertionError, struct.error) as exc:
         raise KafkaConnectError(describe_failure(exc, options, role)) from exc
 
 
@@ -32,7 +43,11 @@ def describe_failure(exc: BaseException, options: Mapping[str, Any], role: str) 
     how = protocol
     if protocol.startswith("SASL"):
         how += f" {options.get('sasl_mechanism')} as {options.get('sasl_plain_username')!r}"
-    if protocol.startswith("SASL") and not isinstance(exc, KafkaError | OSError):
+    if isinstance(exc, UNSUPPORTED_MECHANISM):
+        hint = "the broker does not offer this SASL mechanism (MODERATOR_KAFKA_SASL_MECHANISM)"
+    elif isinstance(exc, REFUSED_LOGIN) or (
+        protocol.startswith("SASL") and not isinstance(exc, KafkaError | OSError)
+    ):  # Kafka answers SaslAuthenticationFailed; some brokers end the SCRAM exchange instead
         hint = "the broker refused the SASL user name or password (MODERATOR_KAFKA_SASL_*)"
     else:
         hint = (

@@ -82,6 +82,9 @@ class _ServerProcess:
     def _command(self) -> list[str]:
         raise NotImplementedError
 
+    def _stdin_config(self) -> bytes | None:
+        return None
+
     def _ready(self) -> bool:
         return port_in_use(self.port)
 
@@ -94,16 +97,22 @@ class _ServerProcess:
             return self
         if port_in_use(self.port):
             raise EmbeddedServerError(f"{self.name}: port 127.0.0.1:{self.port} is already in use")
+        command, config = self._command(), self._stdin_config()
         self._log_file = tempfile.NamedTemporaryFile(prefix="server-", suffix=".log")  # noqa: SIM115
         # Own session: a terminal's Ctrl+C reaches only us, and we stop the server after the
         # moderator has drained. The parent-death signal stops it if we are killed outright.
         self._proc = subprocess.Popen(
-            self._command(),
+            command,
+            stdin=subprocess.PIPE if config is not None else subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+        if config is not None:  # secrets go in on stdin, not on a command line `ps` shows
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(config)
+            self._proc.stdin.close()
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -247,8 +256,14 @@ class EmbeddedRedis(_ServerProcess):
             "--appendonly", "no",
             "--daemonize", "no",
             "--protected-mode", "yes",
-            *(["--requirepass", self.password] if self.password else []),
+            *(["-"] if self.password else []),  # the password comes on stdin
         ]  # fmt: skip
+
+    def _stdin_config(self) -> bytes | None:
+        if not self.password:
+            return None
+        escaped = self.password.replace("\\", "\\\\").replace('"', '\\"')
+        return f'requirepass "{escaped}"\n'.encode()
 
     def _ready(self) -> bool:
         if not port_in_use(self.port):

@@ -100,6 +100,7 @@ class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, host: str, port: int, metrics: Metrics) -> None:
+        host = host.strip("[]")  # "[::1]" as in a URL
         if ":" in host:  # an IPv6 address such as ::1
             self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)

@@ -1,17 +1,31 @@
 """Keep secrets out of every log line and error message, whichever library writes it.
 
 Our own code never formats a secret, but aiokafka, redis-py and tracebacks print what they were
-given; a filter on the root handlers is the one place that sees every line before it is written.
+given (aiokafka's debug log shows the SASL PLAIN bytes); a filter on the root handlers is the one
+place that sees every line before it is written. Each secret is scrubbed in the forms a log line
+may carry it: as is, URL-encoded, and inside the repr of a str or of its UTF-8 bytes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
 
 from moderator.config import redact
 
 _secrets: set[str] = set()
+
+
+def forms(secret: str) -> set[str]:
+    """The ways `secret` can appear in text: plain, URL-encoded, escaped by repr()."""
+    return {
+        secret,
+        quote(secret, safe=""),
+        quote_plus(secret),
+        repr(secret)[1:-1],
+        repr(secret.encode())[2:-1],
+    } - {""}
 
 
 class RedactSecrets(logging.Filter):
@@ -20,7 +34,10 @@ class RedactSecrets(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not _secrets:
             return True
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError, KeyError):  # a wrong log call: logging reports it
+            return True
         clean = redact(message, _secrets)
         if clean != message:
             record.msg, record.args = clean, None
@@ -34,8 +51,13 @@ class RedactSecrets(logging.Filter):
 
 
 def protect(secrets: Iterable[str]) -> None:
-    """Scrub `secrets` from everything the root logger's handlers write from now on."""
-    _secrets.update(s for s in secrets if s)
+    """Scrub `secrets` from everything the root logger's handlers write from now on.
+
+    Call it after logging is configured: a handler added later is not filtered.
+    """
+    for secret in secrets:
+        if secret:
+            _secrets.update(forms(secret))
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, RedactSecrets) for f in handler.filters):
             handler.addFilter(RedactSecrets())

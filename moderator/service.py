@@ -189,8 +189,7 @@ class Moderator:
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 fetch_max_wait_ms=s.fetch_max_wait_ms,
-                session_timeout_ms=s.session_timeout_ms,
-                heartbeat_interval_ms=max(s.session_timeout_ms // 3, 300),
+                **s.consumer_timeouts(),
                 client_id="moderator",
             )
             await start_client(self._consumer, s.kafka_options(), "the consumer")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from loadgen.chaos.hostile import CASES, CaseOutcome
 from loadgen.chaos.procs import metric_sum
 from loadgen.chaos.report import render
@@ -83,3 +85,12 @@ def test_child_env_maps_settings_to_moderator_variables(tmp_path: Path) -> None:
     assert env["MODERATOR_SESSION_TIMEOUT_MS"] == "3000"
     assert env["MODERATOR_METRICS_PORT"] == "0"
     assert (env["MODERATOR_IN_TOPIC"], env["MODERATOR_GROUP_ID"]) == ("i", "g")
+
+
+def test_child_env_ignores_the_shells_moderator_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODERATOR_SESSION_TIMEOUT_MS", "999999")
+    env = moderator_env("h:1", TopicSet("i", "o", "d", "g"), model_dir=tmp_path, threads=1,
+                        redis_url="")  # fmt: skip
+    assert "MODERATOR_SESSION_TIMEOUT_MS" not in env

@@ -93,3 +93,12 @@ def test_tls_builds_an_ssl_context() -> None:
 def test_bad_security_and_overload_settings(env: dict[str, str], name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize(("session", "shutdown"), [(6000, 15.0), (3000, 1.0), (45_000, 60.0)])
+def test_group_timeouts_fit_together(session: int, shutdown: float) -> None:
+    t = Settings(session_timeout_ms=session, shutdown_timeout_s=shutdown).consumer_timeouts()
+    assert t["session_timeout_ms"] == session
+    assert t["heartbeat_interval_ms"] * 3 <= session
+    assert t["rebalance_timeout_ms"] >= shutdown * 1000, "a draining hand-over is not cut short"
+    assert t["request_timeout_ms"] > max(t["rebalance_timeout_ms"], session)
