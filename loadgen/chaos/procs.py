@@ -179,9 +179,11 @@ class ModeratorEnv:
     extra: tuple[tuple[str, str], ...] = ()  # (setting, value): ("max_batch", "8")
 
     def env(self) -> dict[str, str]:
+        extra = dict(self.extra)  # may override the stage's Redis (redis_url="": none)
+        redis_url = extra.pop("redis_url", self.redis_url)
         return moderator_env(
             self.bootstrap, self.names, model_dir=self.model_dir, threads=self.threads,
-            redis_url=self.redis_url, **dict(self.extra),
+            redis_url=redis_url, **extra,
         )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.chaos.hostile import CASES, CaseOutcome
-from loadgen.chaos.procs import metric_sum
+from loadgen.chaos.procs import ModeratorEnv, metric_sum
 from loadgen.chaos.report import render
 from loadgen.chaos.results import ScenarioResult
 from loadgen.chaos.scenarios import SCENARIOS, Plan, reject_window_schema
@@ -94,3 +94,11 @@ def test_child_env_ignores_the_shells_moderator_settings(
     env = moderator_env("h:1", TopicSet("i", "o", "d", "g"), model_dir=tmp_path, threads=1,
                         redis_url="")  # fmt: skip
     assert "MODERATOR_SESSION_TIMEOUT_MS" not in env
+
+
+def test_a_scenario_may_turn_redis_off(tmp_path: Path) -> None:
+    cfg = ModeratorEnv("h:1", "redis://r:6379/0", TopicSet("i", "o", "d", "g"), tmp_path,
+                       extra=(("redis_url", ""), ("degraded_mode", "off")))  # fmt: skip
+    env = cfg.env()
+    assert env["MODERATOR_REDIS_URL"] == ""
+    assert env["MODERATOR_DEGRADED_MODE"] == "off"
