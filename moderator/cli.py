@@ -148,8 +148,7 @@ async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
     host = settings.metrics_host.strip("[]")
     host = f"[{host}]" if ":" in host else host
     print(
-        f"metrics  http://{host}:{moderator.metrics_port}/metrics "
-        "(/healthz, /readyz)",
+        f"metrics  http://{host}:{moderator.metrics_port}/metrics (/healthz, /readyz)",
         flush=True,
     )
     print(f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
