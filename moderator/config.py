@@ -81,6 +81,8 @@ HELP = {
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
     "session_timeout_ms": "a silent group member loses its partitions after this long "
     "(shorter: faster take-over after a crash; too short: needless rebalances)",
+    "publish_attempts": "sends of a record the broker refuses (INVALID_RECORD, too large) before "
+    "it is diverted to the dead-letter topic; 0 re-sends it forever, holding its partition",
     "kafka_security_protocol": "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
     "kafka_sasl_mechanism": "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 (with SASL_*)",
     "kafka_sasl_username": "SASL user name",
@@ -119,6 +121,7 @@ class Settings:
     fetch_max_wait_ms: int = 5
     shutdown_timeout_s: float = 15.0
     session_timeout_ms: int = 6_000  # the least a stock Kafka broker accepts
+    publish_attempts: int = 5
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str = "PLAIN"
     kafka_sasl_username: str = ""
@@ -154,7 +157,7 @@ class Settings:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")
         if self.session_timeout_ms < 1000:
             raise bad("session_timeout_ms", f"must be at least 1000, got {self.session_timeout_ms}")
-        for name in ("l1_cache_size", "fetch_max_wait_ms"):
+        for name in ("l1_cache_size", "fetch_max_wait_ms", "publish_attempts"):
             if getattr(self, name) < 0:
                 raise bad(name, f"must not be negative, got {getattr(self, name)}")
         if not 0 <= self.metrics_port <= 65535:

@@ -63,6 +63,10 @@ class Metrics:
                                   ["topic", "partition"], namespace=ns, registry=r)  # fmt: skip
         self.publish_retries = Counter("publish_retries", "Decision or dead-letter re-sends",
                                        namespace=ns, registry=r)  # fmt: skip
+        self.publish_refused = Counter("publish_refused",
+                                       "Outcomes the broker refused for good, diverted to the "
+                                       "dead-letter topic", ["outcome"], namespace=ns,
+                                       registry=r)  # fmt: skip
         self.commits = Counter("commits", "Offset commits", ["result"], namespace=ns,
                                registry=r)  # fmt: skip
         self.model = Info("model", "The model being served", namespace=ns, registry=r)

@@ -18,6 +18,9 @@ DLQ_SOURCE_TOPIC = "moderator.source.topic"
 DLQ_SOURCE_PARTITION = "moderator.source.partition"
 DLQ_SOURCE_OFFSET = "moderator.source.offset"
 DLQ_SOURCE_TIMESTAMP = "moderator.source.timestamp_ms"
+# Only on dead letters diverted because the broker refused a record (moderator/refusal.py).
+DLQ_DECISION = "moderator.decision"  # the decision the broker refused, as JSON
+DLQ_VALUE_OMITTED = "moderator.value.omitted_bytes"  # the refused dead letter's value size
 
 
 class ChatMessage(NamedTuple):

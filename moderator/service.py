@@ -4,8 +4,9 @@ Records are fetched in batches; each batch becomes one pipeline task, and a sing
 sends the outcomes in fetch order, so decisions for a partition leave in input order. An input
 offset is committed only when the deliveries of its decision and of every earlier record of its
 partition were acknowledged by the broker; a failed delivery is re-sent with backoff and holds
-the partition's commit until it succeeds. A crash or a rebalance may repeat decisions, never
-lose one.
+the partition's commit until it succeeds, or, when the broker refuses the record itself, until
+its diversion to the dead-letter topic succeeds (moderator/refusal.py). A crash or a rebalance
+may repeat decisions, never lose one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from moderator.degrade import Fallback
 from moderator.metrics import Metrics, MetricsServer
 from moderator.pipeline import InboundRecord, Outcome, Pipeline
 from moderator.policy import Policy
+from moderator.refusal import describe, divert, is_refusal
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +48,14 @@ RETRY_JITTER = 0.5  # each back-off is drawn from [0.5x, 1.5x]
 
 @dataclass(eq=False)
 class _Delivery:
-    """One published outcome whose acknowledgement gates the commit of `offset`."""
+    """One published outcome whose acknowledgement gates the commit of its record's offset."""
 
-    offset: int
+    record: InboundRecord
     topic: str
     outcome: Outcome
     future: asyncio.Future[Any]
     attempts: int = 0
+    refusals: int = 0
 
 
 @dataclass(eq=False)
@@ -338,7 +341,7 @@ class Moderator:
                 tp = TopicPartition(record.topic, record.partition)
                 topic = self.settings.dlq_topic if outcome.dead_letter else self.settings.out_topic
                 future = await self._send(topic, outcome)
-                delivery = _Delivery(record.offset, topic, outcome, future)
+                delivery = _Delivery(record, topic, outcome, future)
                 future.add_done_callback(functools.partial(self._on_delivered, delivery))
                 queue = self._deliveries.get(tp)
                 if queue is not None:
@@ -369,16 +372,23 @@ class Moderator:
 
     def _retry(self, delivery: _Delivery) -> None:
         exc = delivery.future.exception() if not delivery.future.cancelled() else None
-        backoff_s = RETRY_BACKOFF_S[min(delivery.attempts, len(RETRY_BACKOFF_S) - 1)]
-        # Jitter: deliveries that failed together (one produce batch) must not be re-sent
-        # together forever, or a record the broker refuses for good drags its batch-mates down.
-        backoff_s *= random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)  # noqa: S311
-        delivery.attempts += 1
-        log.warning(
-            "publishing to %s failed (%s); retry %d in %.2fs",
-            delivery.topic, exc, delivery.attempts, backoff_s,
-        )  # fmt: skip
-        self.metrics.publish_retries.inc()
+        if is_refusal(exc):
+            delivery.refusals += 1
+        limit = self.settings.publish_attempts
+        if limit and delivery.refusals >= limit and self._divert(delivery, exc):
+            backoff_s = 0.0  # a different record now: send it at once
+            delivery.attempts = delivery.refusals = 0
+        else:
+            backoff_s = RETRY_BACKOFF_S[min(delivery.attempts, len(RETRY_BACKOFF_S) - 1)]
+            # Jitter: deliveries that failed together (one produce batch) must not be re-sent
+            # together forever, or a record the broker refuses drags its batch-mates down.
+            backoff_s *= random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)  # noqa: S311
+            delivery.attempts += 1
+            log.warning(
+                "publishing to %s failed (%s); retry %d in %.2fs",
+                delivery.topic, exc, delivery.attempts, backoff_s,
+            )  # fmt: skip
+            self.metrics.publish_retries.inc()
 
         async def resend() -> None:
             await asyncio.sleep(backoff_s)
@@ -386,6 +396,31 @@ class Moderator:
 
         delivery.future = asyncio.ensure_future(resend())
         delivery.future.add_done_callback(functools.partial(self._on_delivered, delivery))
+
+    def _divert(self, delivery: _Delivery, exc: BaseException | None) -> bool:
+        """Swap a refused outcome for its dead letter (moderator/refusal.py); False if none."""
+        assert exc is not None
+        r = delivery.record
+        where = f"{r.topic}[{r.partition}]@{r.offset}"
+        diverted = divert(delivery.outcome, r, exc, delivery.refusals)
+        if diverted is None:
+            if delivery.refusals == self.settings.publish_attempts:  # said once, not per re-send
+                log.error(
+                    "the broker refused the dead-letter receipt for %s %d times (%s); re-sending "
+                    "it until it is taken, and holding the partition's commits",
+                    where, delivery.refusals, describe(exc),
+                )  # fmt: skip
+            return False
+        kind = "dead_letter" if delivery.outcome.dead_letter else "decision"
+        log.error(
+            "the broker refused the %s for %s %d times (%s); diverting it to %s",
+            kind.replace("_", " "), where, delivery.refusals, describe(exc),
+            self.settings.dlq_topic,
+        )  # fmt: skip
+        self.metrics.publish_refused.labels(kind).inc()
+        delivery.outcome = diverted
+        delivery.topic = self.settings.dlq_topic
+        return True
 
     # -- committing ------------------------------------------------------------------------
 
@@ -395,7 +430,7 @@ class Moderator:
         re-sends of those behind it)."""
         for tp, queue in self._deliveries.items():
             while queue and queue[0].future.done() and not _failed(queue[0].future):
-                self._committable[tp] = queue.popleft().offset + 1
+                self._committable[tp] = queue.popleft().record.offset + 1
             for delivery in queue:
                 if delivery.future.done() and _failed(delivery.future):
                     self._retry(delivery)

@@ -2,7 +2,8 @@
 
 Pure bookkeeping, no Kafka: the observer feeds it every inbound record, decision and dead letter
 with the wall-clock time it was read (milliseconds, the clock `sent_at_ms` is stamped with), and
-it answers: which valid inputs never got a decision, how many decisions were repeated, whether a
+it answers: which valid inputs got neither a decision nor, when the broker refused their decision
+for good, a `publish_failed` dead letter, how many decisions were repeated, whether a
 channel's decisions ever went backwards, per-second p99 by send time, and when the first decision
 of a message sent after a given moment arrived.
 """
@@ -18,6 +19,7 @@ import orjson
 from moderator.config import Settings
 from moderator.errors import InvalidRecord
 from moderator.records import parse_message
+from moderator.refusal import PUBLISH_FAILED
 
 MAX_RECORD_BYTES = Settings().max_record_bytes  # the moderators under test run the default
 
@@ -47,6 +49,7 @@ class Ledger:
     dead: dict[bytes, str] = field(default_factory=dict)  # dead letter key -> error code
     dead_count: Counter[str] = field(default_factory=Counter)
     dead_repeats: int = 0
+    diverted: dict[tuple[int, int], float] = field(default_factory=dict)  # source → first seen
     bad_decisions: int = 0
 
     # -- feeding -----------------------------------------------------------------------------
@@ -81,22 +84,39 @@ class Ledger:
         if decision.get("degraded") is True:
             self.degraded.add(mid)
 
-    def on_dead_letter(self, key: bytes | None, code: str) -> None:
+    def on_dead_letter(
+        self, key: bytes | None, code: str, source: tuple[int, int] | None = None, now_ms: float = 0
+    ) -> None:
+        """One dead letter; `source` is its inbound (partition, offset) from its headers."""
         key = key or b""
         if key in self.dead:
             self.dead_repeats += 1
         self.dead[key] = code
         self.dead_count[code] += 1
+        if code == PUBLISH_FAILED and source is not None:
+            self.diverted.setdefault(source, now_ms)
 
     # -- figures -----------------------------------------------------------------------------
 
     def lost(self, since_ms: float | None = None) -> list[str]:
-        """Valid inputs (sent at or after `since_ms`) without a decision."""
+        """Valid inputs (sent at or after `since_ms`) with neither a decision nor a diversion."""
         return sorted(
             mid
             for mid, inp in self.inputs.items()
-            if mid not in self.first_ms and (since_ms is None or inp.sent_at_ms >= since_ms)
+            if mid not in self.first_ms
+            and (inp.partition, inp.offset) not in self.diverted
+            and (since_ms is None or inp.sent_at_ms >= since_ms)
         )
+
+    def diverted_inputs(self) -> list[tuple[Input, float]]:
+        """Valid inputs whose refused decision became a `publish_failed` dead letter, with the
+        time that dead letter was read, in offset order."""
+        out = [
+            (inp, self.diverted[(inp.partition, inp.offset)])
+            for mid, inp in self.inputs.items()
+            if mid not in self.first_ms and (inp.partition, inp.offset) in self.diverted
+        ]
+        return sorted(out, key=lambda pair: (pair[0].partition, pair[0].offset))
 
     @property
     def decided(self) -> int:

@@ -19,7 +19,7 @@ from aiokafka.structs import TopicPartition
 
 from loadgen.chaos.ledger import Ledger
 from loadgen.kafka import TopicSet, assign_at_end
-from moderator.records import DLQ_ERROR_CODE
+from moderator.records import DLQ_ERROR_CODE, DLQ_SOURCE_OFFSET, DLQ_SOURCE_PARTITION
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,9 @@ class Observer:
                     elif tp.topic == n.out_topic:
                         self.ledger.on_decision(r.value, now_ms)
                     elif tp.topic == n.dlq_topic:
-                        code = dict(r.headers or ()).get(DLQ_ERROR_CODE, b"?").decode()
-                        self.ledger.on_dead_letter(r.key, code)
+                        headers = dict(r.headers or ())
+                        code = headers.get(DLQ_ERROR_CODE, b"?").decode()
+                        self.ledger.on_dead_letter(r.key, code, _source(headers), now_ms)
 
     async def wait_for(
         self, done: Callable[[Ledger], bool], timeout_s: float, *, quiet_s: float = 0.0
@@ -103,6 +104,13 @@ class Observer:
     async def all_decided(self, timeout_s: float, *, quiet_s: float = 1.0) -> bool:
         """Wait until every valid input seen has a decision (then `quiet_s` for late repeats)."""
         return await self.wait_for(lambda lg: not lg.lost(), timeout_s, quiet_s=quiet_s)
+
+
+def _source(headers: dict[str, bytes]) -> tuple[int, int] | None:
+    try:
+        return int(headers[DLQ_SOURCE_PARTITION]), int(headers[DLQ_SOURCE_OFFSET])
+    except (KeyError, ValueError):
+        return None
 
 
 async def committed_offsets(

@@ -15,7 +15,9 @@ BUDGET_MS = 50
 DEFINITIONS = f"""\
 - **sent**: valid chat messages read back from the inbound topic (what the broker accepted).
 - **decided**: those with at least one decision on the decisions topic by the end of the run.
-- **lost**: sent but never decided (must be 0). A valid message dead-lettered would count too.
+- **lost**: sent but with neither a decision nor, where the broker refused its decision for good,
+  a `publish_failed` dead letter carrying it (must be 0). Any other dead letter of a valid message
+  would count as lost.
 - **duplicated**: decisions beyond the first for one `message_id` (at-least-once redo).
 - **time to recover**, both counted from the moment the fault is injected (the signal sent, the
   instances started, the burst begun):
@@ -33,9 +35,13 @@ STATIC_NOTES = """\
   whose `decided_at_ms` falls in a window of a few seconds: the broker answers INVALID_RECORD
   (aiokafka reports it as `UnknownError`, code 87 is unknown to it), the moderator's delivery
   future fails, and its retry path runs. Tansu reads schemas only at start-up, and a resend carries
-  the same bytes, so a refused decision stays refused: the partition's commits are held (which is
-  the contract) until the process restarts and decides the input again. Produce requests that
-  time out and then succeed on a re-send are provoked by the 45 s broker freeze.
+  the same bytes, so a refused decision stays refused. By default the moderator re-sends it with
+  back-off and, after `MODERATOR_PUBLISH_ATTEMPTS` (5) refusals, dead-letters the input as
+  `publish_failed` (its decision in a header) and commits past it once that is acknowledged; with
+  `MODERATOR_PUBLISH_ATTEMPTS=0` it re-sends forever and the partition's commits are held until a
+  restart decides the input again. Both rows are below. Produce requests that time out and then
+  succeed on a re-send are provoked by the 45 s broker freeze; timeouts are outages, never counted
+  as refusals.
 - **Broker unreachable** is a SIGSTOP of the broker process (connections stay open, requests
   hang): for 12 s, past the 6 s group session timeout, and for 45 s, past the producer's 40 s
   request timeout as well. Dropping the port (a firewall rule) was not tried: only loopback

@@ -67,8 +67,11 @@ class ScenarioResult:
         if fault_ms is not None:
             self.first_s = ledger.first_decision_after(fault_ms)
             self.settled_s = ledger.back_under_budget(fault_ms, budget_ms)
+        diverted = len(ledger.diverted_inputs())
         self.check("no message lost", self.lost == 0 and self.sent > 0,
-                   f"{self.lost} of {self.sent} without a decision")  # fmt: skip
+                   f"{self.lost} of {self.sent} without a decision"
+                   + (f" or a publish_failed dead letter ({diverted} diverted)" if diverted
+                      else ""))  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {

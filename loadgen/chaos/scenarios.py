@@ -27,6 +27,7 @@ from loadgen.chaos.procs import ModeratorProc, metric_sum
 from loadgen.chaos.results import ScenarioResult, now_ms
 from loadgen.chaos.stage import BUDGET_MS, Stage, drain_rate
 from loadgen.kafka import TopicSet
+from moderator.config import Settings
 from moderator.service import RETRY_BACKOFF_S, RETRY_JITTER
 
 log = logging.getLogger(__name__)
@@ -382,7 +383,11 @@ def reject_window_schema(lo_ms: int, hi_ms: int) -> dict[str, Any]:
 RETRY_LOG = re.compile(r"publishing to \S+ failed .*; retry (\d+) in ([\d.]+)s")
 
 
-async def publish_failure(ctx: Context, res: ScenarioResult) -> None:
+async def publish_failure(ctx: Context, res: ScenarioResult, *, hold: bool = False) -> None:
+    """Decisions decided in a window are refused for good (their bytes never change). By default
+    the moderator diverts each to the dead-letter topic after MODERATOR_PUBLISH_ATTEMPTS refusals;
+    with `hold` (MODERATOR_PUBLISH_ATTEMPTS=0) it re-sends them forever and a restart redoes them.
+    """
     p = ctx.plan
     lead_s = 15.0  # the moderator must be consuming by then
     window: list[int] = []
@@ -393,7 +398,10 @@ async def publish_failure(ctx: Context, res: ScenarioResult) -> None:
         return {names.out_topic: reject_window_schema(window[0], window[1])}
 
     async with ctx.stage("publish", schemas=schemas) as st:
-        a = await st.start("a", st.env(shutdown_timeout_s="5"))
+        env = st.env(shutdown_timeout_s="5")
+        if hold:
+            env = st.env(shutdown_timeout_s="5", publish_attempts="0")
+        a = await st.start("a", env)
         lo_ms, hi_ms = window
         if now_ms() > lo_ms - 3000:
             raise RuntimeError("the moderator started too late for the refusal window")
@@ -401,50 +409,151 @@ async def publish_failure(ctx: Context, res: ScenarioResult) -> None:
         load = asyncio.create_task(st.load(p.rate, traffic_s, drain_timeout_s=2.0))
         await asyncio.sleep((lo_ms - now_ms()) / 1000)
         fault_ms = now_ms()
+        snapshots: list[tuple[float, dict[int, int | None]]] = []
+        sampler = asyncio.create_task(_sample_commits(st, snapshots))
         await asyncio.sleep((hi_ms - now_ms()) / 1000 + 4)
         lg = st.obs.ledger
-        stuck = [inp for mid, inp in lg.inputs.items()
-                 if mid not in lg.first_ms and inp.sent_at_ms < hi_ms]  # fmt: skip
-        committed = await st.committed()
-        passed_stuck = [i for i in stuck if (committed.get(i.partition) or 0) > i.offset]
-        retries_mid = a.metric("moderator_publish_retries_total") or 0.0
-        after = lg.decided_between(hi_ms, now_ms())
-        await load
-        retries_end = a.metric("moderator_publish_retries_total") or 0.0
-        backoffs = [float(m.group(2)) for m in RETRY_LOG.finditer(a.log_text())]
-        code, exit_s = await asyncio.to_thread(a.terminate, 60)
-        restart_ms = now_ms()
-        b = await st.start("b")
-        await st.obs.all_decided(120)
-        res.fill(lg, fault_ms, BUDGET_MS)
-        stuck_ids = {i.message_id for i in stuck}
-        redone_s = max((lg.first_ms[m] for m in stuck_ids if m in lg.first_ms), default=None)
         res.figure("refusal window", f"{p.publish_window_s:g} s (Tansu schema on the decisions "
                    "topic: decided_at_ms in the window → INVALID_RECORD)")  # fmt: skip
-        res.figure("decisions refused and held (inputs not decided 4 s after the window)",
-                   len(stuck))  # fmt: skip
-        res.figure("committed offsets while held", _offsets(committed))
-        res.figure("publish retries: 4 s after the window / at the end of the traffic",
-                   f"{retries_mid:.0f} / {retries_end:.0f}")  # fmt: skip
-        res.figure("back-offs seen in the log (s)", _backoff_summary(backoffs))
-        res.figure("decisions published after the window while others were held", after)
-        res.figure("SIGTERM with refused work held: exit code, time", f"{code}, {exit_s:.1f} s "
-                   "(MODERATOR_SHUTDOWN_TIMEOUT_S=5)")  # fmt: skip
-        res.figure("restart → held messages all decided",
-                   _fmt_s((redone_s - restart_ms) / 1000 if redone_s else None))  # fmt: skip
-        res.check("the broker really refused decisions", len(stuck) > 0, len(stuck))
-        res.check("no offset committed past a refused decision", not passed_stuck,
-                  f"{len(passed_stuck)} refused inputs below the committed offset")  # fmt: skip
-        res.check("retries back off", bool(backoffs) and max(backoffs) >= 1.0,
-                  f"max back-off {max(backoffs, default=0):.2f} s")  # fmt: skip
-        res.check("other decisions kept flowing", after > 0, after)
-        res.notes.append(
-            "A decision the broker refuses for good is re-sent with the same bytes forever: "
-            "its partition's commits stay held (correct: never committed without a decision) "
-            "until the moderator restarts and decides the input again. See the notes below."
-        )
-        if not res.passed:
-            _attach_logs(res, a, b)
+        if hold:
+            await _publish_held(st, res, a, load, hi_ms, fault_ms)
+        else:
+            await _publish_diverted(st, res, a, load, hi_ms, fault_ms, snapshots)
+        sampler.cancel()
+        backoffs = [(int(m.group(1)), float(m.group(2))) for m in RETRY_LOG.finditer(a.log_text())]
+        res.figure("back-offs seen in the log (s)", _backoff_summary([b for _, b in backoffs]))
+        res.check("retries back off", _backoffs_grow(backoffs), _backoffs_by_attempt(backoffs))
+        res.check("other decisions kept flowing", lg.decided_between(hi_ms, hi_ms + 4000) > 0,
+                  lg.decided_between(hi_ms, hi_ms + 4000))  # fmt: skip
+
+
+async def _publish_held(
+    st: Stage,
+    res: ScenarioResult,
+    a: ModeratorProc,
+    load: asyncio.Task[Any],
+    hi_ms: float,
+    fault_ms: float,
+) -> None:
+    """MODERATOR_PUBLISH_ATTEMPTS=0: refused decisions hold their partitions until a restart."""
+    lg = st.obs.ledger
+    stuck = [inp for mid, inp in lg.inputs.items()
+             if mid not in lg.first_ms and inp.sent_at_ms < hi_ms]  # fmt: skip
+    committed = await st.committed()
+    passed_stuck = [i for i in stuck if (committed.get(i.partition) or 0) > i.offset]
+    retries_mid = a.metric("moderator_publish_retries_total") or 0.0
+    after = lg.decided_between(hi_ms, now_ms())
+    await load
+    retries_end = a.metric("moderator_publish_retries_total") or 0.0
+    code, exit_s = await asyncio.to_thread(a.terminate, 60)
+    restart_ms = now_ms()
+    b = await st.start("b")
+    await st.obs.all_decided(120)
+    res.fill(lg, fault_ms, BUDGET_MS)
+    stuck_ids = {i.message_id for i in stuck}
+    redone_s = max((lg.first_ms[m] for m in stuck_ids if m in lg.first_ms), default=None)
+    res.figure("decisions refused and held (inputs not decided 4 s after the window)", len(stuck))
+    res.figure("committed offsets while held", _offsets(committed))
+    res.figure("publish retries: 4 s after the window / at the end of the traffic",
+               f"{retries_mid:.0f} / {retries_end:.0f}")  # fmt: skip
+    res.figure("decisions published after the window while others were held", after)
+    res.figure("SIGTERM with refused work held: exit code, time", f"{code}, {exit_s:.1f} s "
+               "(MODERATOR_SHUTDOWN_TIMEOUT_S=5)")  # fmt: skip
+    res.figure("restart → held messages all decided",
+               _fmt_s((redone_s - restart_ms) / 1000 if redone_s else None))  # fmt: skip
+    res.check("the broker really refused decisions", len(stuck) > 0, len(stuck))
+    res.check("no offset committed past a refused decision", not passed_stuck,
+              f"{len(passed_stuck)} refused inputs below the committed offset")  # fmt: skip
+    res.notes.append(
+        "With MODERATOR_PUBLISH_ATTEMPTS=0 a decision the broker refuses for good is re-sent "
+        "with the same bytes forever: its partition's commits stay held (never committed "
+        "without a decision) until the moderator restarts and decides the input again."
+    )
+    if not res.passed:
+        _attach_logs(res, a, b)
+
+
+COMMIT_SEEN_MARGIN_MS = 1000.0  # the observer reads a dead letter this long after its ack, at most
+
+
+async def _publish_diverted(
+    st: Stage,
+    res: ScenarioResult,
+    a: ModeratorProc,
+    load: asyncio.Task[Any],
+    hi_ms: float,
+    fault_ms: float,
+    snapshots: list[tuple[float, dict[int, int | None]]],
+) -> None:
+    """The default: refused decisions become `publish_failed` dead letters, then commit."""
+    lg = st.obs.ledger
+    await _traffic_and_finish(st, res, load, fault_ms, timeout_s=60)
+    refused = a.metric('moderator_publish_refused_total{outcome="decision"}') or 0.0
+    retries = a.metric("moderator_publish_retries_total") or 0.0
+    code, exit_s = await asyncio.to_thread(a.terminate, 60)
+    committed = await st.committed()
+    diverted = lg.diverted_inputs()
+    ends: dict[int, int] = {}
+    for inp in lg.inputs.values():
+        ends[inp.partition] = max(ends.get(inp.partition, 0), inp.offset + 1)
+    # A snapshot taken well before a diverted input's dead letter was read must not have
+    # committed past that input (the margin covers the observer's own lag behind the ack).
+    early = [
+        (inp.message_id, t_ms)
+        for inp, seen_ms in diverted
+        for t_ms, offsets in snapshots
+        if t_ms < seen_ms - COMMIT_SEEN_MARGIN_MS and (offsets.get(inp.partition) or 0) > inp.offset
+    ]
+    delays = sorted((seen_ms - inp.sent_at_ms) / 1000 for inp, seen_ms in diverted)
+    res.figure("decisions refused for good, diverted as publish_failed dead letters",
+               f"{len(diverted)} (moderator_publish_refused_total: {refused:.0f}; "
+               f"dead letters read: {lg.dead_count['publish_failed']})")  # fmt: skip
+    if delays:
+        res.figure("sent → its publish_failed dead letter read (s)",
+                   f"median {delays[len(delays) // 2]:.2f}, max {delays[-1]:.2f} "
+                   f"(MODERATOR_PUBLISH_ATTEMPTS={Settings().publish_attempts})")  # fmt: skip
+    res.figure("publish retries", f"{retries:.0f}")
+    res.figure("commit snapshots checked against the dead letters", len(snapshots))
+    res.figure("committed offsets after SIGTERM / ends of the partitions",
+               f"{_offsets(committed)} / {_offsets(dict(ends.items()))}")  # fmt: skip
+    res.figure("SIGTERM: exit code, time", f"{code}, {exit_s:.1f} s")
+    res.check("the broker really refused decisions", len(diverted) > 0, len(diverted))
+    res.check("no offset committed past a refused input before its dead letter",
+              not early, f"{len(early)} snapshots ahead of a dead letter")  # fmt: skip
+    res.check("nothing held: every partition committed to its end, exit 0",
+              code == 0 and all(committed.get(p) == e for p, e in ends.items()),
+              _offsets(committed))  # fmt: skip
+    res.notes.append(
+        "The broker answers the same bytes the same way, so after MODERATOR_PUBLISH_ATTEMPTS "
+        "refusals the moderator dead-letters the input (code publish_failed, the refused "
+        "decision in the header moderator.decision) and commits past it only once that dead "
+        "letter is acknowledged; the partition no longer stalls until a restart."
+    )
+    if not res.passed:
+        _attach_logs(res, a)
+
+
+async def _sample_commits(st: Stage, out: list[tuple[float, dict[int, int | None]]]) -> None:
+    """Snapshots of the group's commits, each stamped when its answer came back."""
+    while True:
+        offsets = await st.committed()
+        out.append((now_ms(), offsets))
+        await asyncio.sleep(0.25)
+
+
+def _backoffs_by_attempt(backoffs: list[tuple[int, float]]) -> str:
+    by: dict[int, list[float]] = {}
+    for attempt, b in backoffs:
+        by.setdefault(attempt, []).append(b)
+    return ", ".join(f"retry {k}: max {max(v):g} s" for k, v in sorted(by.items())[:6])
+
+
+def _backoffs_grow(backoffs: list[tuple[int, float]]) -> bool:
+    """The longest back-off of a later retry is longer than the longest of the first."""
+    by: dict[int, float] = {}
+    for attempt, b in backoffs:
+        by[attempt] = max(by.get(attempt, 0.0), b)
+    return len(by) >= 3 and max(v for k, v in by.items() if k >= 3) > by.get(1, float("inf"))
 
 
 def _backoff_summary(backoffs: list[float]) -> str:
@@ -636,8 +745,12 @@ SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
     "broker-freeze-long": ("Broker frozen past the request timeout", "the broker SIGSTOPped "
                            "for 45 s, past the producer's 40 s request timeout, then SIGCONT",
                            functools.partial(broker_frozen, freeze_s=45.0)),
-    "publish-fail": ("Publishing decisions fails", "the broker refuses decisions "
-                     "(INVALID_RECORD) for a few seconds", publish_failure),
+    "publish-fail": ("Publishing decisions fails", "the broker refuses decisions decided in "
+                     "a few seconds' window (INVALID_RECORD) for good; default settings",
+                     publish_failure),
+    "publish-hold": ("Publishing fails, re-sent forever", "as above with "
+                     "MODERATOR_PUBLISH_ATTEMPTS=0: refused decisions hold their partitions "
+                     "until a restart", functools.partial(publish_failure, hold=True)),
     "overload": ("Overload at 3x saturation", "3x the saturation rate, degraded mode "
                  "lexical, in-flight cap 1000", overload),
     "hostile": ("Hostile input burst", "a burst of junk records and nasty valid chat amid "

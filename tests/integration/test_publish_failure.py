@@ -2,9 +2,12 @@
 
 The embedded Tansu broker validates records against JSON schemas given at start-up; the schema
 of this test's decisions topic refuses any decision whose `message_id` starts with `refused-`,
-so those produce requests fail on the broker with INVALID_RECORD. The moderator must keep
-re-sending them with a growing back-off, keep deciding the rest, and never commit the offset of
-an input whose decision was not acknowledged, not even when it shuts down.
+so those produce requests fail on the broker with INVALID_RECORD. The moderator must re-send
+them with a growing back-off, keep deciding the rest, and never commit the offset of an input
+whose decision was not acknowledged, not even when it shuts down. After
+`MODERATOR_PUBLISH_ATTEMPTS` refusals it diverts the input to the dead-letter topic instead
+(`publish_failed`), and commits past it only once that dead letter is acknowledged; with 0 it
+re-sends forever.
 """
 
 from __future__ import annotations
@@ -33,13 +36,17 @@ PARTITIONS = 2
 REFUSE_PREFIX = "refused-"
 
 
-def refusing_schema() -> dict[str, object]:
+REFUSE_TWICE_PREFIX = "refused-twice-"  # refused by the dead-letter topic's schema too
+
+
+def refusing_schema(prefix: str) -> dict[str, object]:
+    """A Tansu schema refusing JSON-object values whose `message_id` starts with `prefix`."""
     return {
         "type": "object",
         "properties": {
             "value": {
                 "type": "object",
-                "properties": {"message_id": {"not": {"pattern": f"^{REFUSE_PREFIX}"}}},
+                "properties": {"message_id": {"not": {"pattern": f"^{prefix}"}}},
             }
         },
     }
@@ -49,7 +56,9 @@ def refusing_schema() -> dict[str, object]:
 def refusing_broker(settings: Settings, tmp_path: Path) -> Iterator[Broker]:
     schemas = tmp_path / "schemas"
     schemas.mkdir()
-    (schemas / f"{settings.out_topic}.json").write_bytes(orjson.dumps(refusing_schema()))
+    for topic, prefix in ((settings.out_topic, REFUSE_PREFIX),
+                          (settings.dlq_topic, REFUSE_TWICE_PREFIX)):  # fmt: skip
+        (schemas / f"{topic}.json").write_bytes(orjson.dumps(refusing_schema(prefix)))
     with Broker(schema_dir=schemas) as broker:
         yield broker
 
@@ -72,7 +81,10 @@ async def test_refused_decisions_are_retried_with_backoff_and_never_committed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = settings.replace(
-        kafka_bootstrap=refusing_broker.bootstrap, redis_url="", shutdown_timeout_s=2.0
+        kafka_bootstrap=refusing_broker.bootstrap,
+        redis_url="",
+        shutdown_timeout_s=2.0,
+        publish_attempts=0,  # re-send forever
     )
     bootstrap = settings.kafka_bootstrap
     topics = {settings.in_topic: PARTITIONS, settings.out_topic: PARTITIONS, settings.dlq_topic: 1}
@@ -135,3 +147,92 @@ async def test_refused_decisions_are_retried_with_backoff_and_never_committed(
     assert max(by_attempt) >= 4, resends
     assert max(by_attempt[4]) > max(by_attempt[1]), f"retries back off: {resends}"
     assert any("shutdown deadline passed" in r.getMessage() for r in caplog.records)
+
+
+def refused_input(message_id: str, text: str) -> tuple[bytes, bytes]:
+    value = {"message_id": message_id, "channel_id": "c-1", "user_id": "u-1", "text": text,
+             "sent_at_ms": int(time.time() * 1000)}  # fmt: skip
+    return b"c-1", orjson.dumps(value)
+
+
+async def test_refused_records_are_diverted_to_the_dead_letter_topic_then_committed(
+    refusing_broker: Broker,
+    settings: Settings,
+    classifier: Classifier,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A decision refused `publish_attempts` times becomes a `publish_failed` dead letter with
+    the original input; a dead letter refused too becomes a receipt without the value. The
+    partition commits past them only after the broker took the replacement."""
+    attempts = 3
+    settings = settings.replace(
+        kafka_bootstrap=refusing_broker.bootstrap, redis_url="", publish_attempts=attempts
+    )
+    bootstrap = settings.kafka_bootstrap
+    topics = {settings.in_topic: PARTITIONS, settings.out_topic: PARTITIONS, settings.dlq_topic: 1}
+    await ensure_topics(bootstrap, topics)
+    once = refused_input(f"{REFUSE_PREFIX}1", "this decision is refused")
+    twice = refused_input(f"{REFUSE_TWICE_PREFIX}1", "and so is its dead letter")
+    records = [chat(i, f"before {i}", channels=4) for i in range(20)]
+    records += [once, *(chat(i, f"middle {i}", channels=4) for i in range(20, 40)), twice]
+    records += [chat(i, f"after {i}", channels=4) for i in range(40, 60)]
+    refused = {0: records.index(once), 1: records.index(twice)}
+    caplog.set_level(logging.WARNING, logger="moderator.service")
+
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        partitions = await send_all(bootstrap, settings.in_topic, records)
+        end = {p: partitions.count(p) for p in range(PARTITIONS)}
+        where = {
+            n: (partitions[i], partitions[:i].count(partitions[i])) for n, i in refused.items()
+        }
+        # Poll the group's commits; note when each refused input was first seen committed past.
+        passed_ms: dict[int, float] = {}
+        offsets: dict[int, int | None] = {}
+        deadline = time.monotonic() + 60
+        while offsets != end and time.monotonic() < deadline:
+            offsets = await committed_offsets(
+                bootstrap, settings.group_id, settings.in_topic, PARTITIONS
+            )  # fmt: skip
+            seen_ms = time.time() * 1000
+            for n, (partition, offset) in where.items():
+                if (offsets[partition] or 0) > offset:
+                    passed_ms.setdefault(n, seen_ms)
+            await asyncio.sleep(0.05)
+        assert offsets == end, "the refused inputs no longer hold their partitions"
+        assert service.failure is None
+        value = service.metrics.registry.get_sample_value
+        assert value("moderator_publish_refused_total", {"outcome": "decision"}) == 2
+        assert value("moderator_publish_refused_total", {"outcome": "dead_letter"}) == 1
+        assert value("moderator_dead_letters_total", {"reason": "publish_failed"}) == 2
+
+    decided = decisions_by_id(
+        await consume(bootstrap, settings.out_topic, until=lambda got: len(got) >= 60)
+    )  # fmt: skip
+    assert set(decided) == {f"m-{i}" for i in range(60)}
+    dead = await consume(bootstrap, settings.dlq_topic, until=lambda got: len(got) >= 2)
+    assert len(dead) == 2, "one dead letter per refused input, no more"
+    by_offset = {int(dict(r.headers)["moderator.source.offset"]): r for r in dead}
+    for n, (key, original) in ((0, once), (1, twice)):
+        partition, offset = where[n]
+        letter = by_offset[offset]
+        headers = {name: v.decode() for name, v in letter.headers}
+        assert letter.key == key
+        assert headers["moderator.error.code"] == "publish_failed"
+        assert f"refused it {attempts} times" in headers["moderator.error.message"]
+        assert headers["moderator.source.topic"] == settings.in_topic
+        assert headers["moderator.source.partition"] == str(partition)
+        # The record's timestamp is taken when it is handed to the producer, before its ack.
+        assert passed_ms[n] >= letter.timestamp, "committed before its dead letter was sent"
+        if n == 0:
+            assert letter.value == original, "the dead letter carries the input untouched"
+            decision = orjson.loads(headers["moderator.decision"])
+            assert decision["message_id"] == f"{REFUSE_PREFIX}1"
+            assert decision["action"] in ("allow", "nudge", "block")
+        else:
+            assert orjson.loads(letter.value) == {"value_omitted_bytes": len(original)}
+            assert headers["moderator.value.omitted_bytes"] == str(len(original))
+            assert "moderator.decision" not in headers
+            assert "value (" in headers["moderator.error.message"]
+    diverted = [r.getMessage() for r in caplog.records if "diverting it to" in r.getMessage()]
+    assert len(diverted) == 3, diverted

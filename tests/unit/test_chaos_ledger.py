@@ -36,6 +36,19 @@ def test_lost_duplicates_and_junk_are_counted() -> None:
     assert lg.degraded == {"m-1"}
 
 
+def test_an_input_diverted_as_publish_failed_is_accounted_for_but_not_decided() -> None:
+    lg = Ledger()
+    for n in range(3):
+        sent(lg, n, at_ms=1000 + n)
+    decided(lg, 0, 1010)
+    lg.on_dead_letter(b"c-1", "publish_failed", (0, 1), 4000)
+    lg.on_dead_letter(b"c-1", "publish_failed", (0, 1), 4500)  # a repeat keeps the first time
+    lg.on_dead_letter(b"c-1", "not_utf8", (0, 2), 4600)  # only publish_failed stands for one
+    assert lg.lost() == ["m-2"]
+    assert lg.decided == 1
+    assert [(inp.message_id, t) for inp, t in lg.diverted_inputs()] == [("m-1", 4000)]
+
+
 def test_a_channel_whose_decisions_go_backwards_is_a_violation() -> None:
     lg = Ledger()
     for n in range(3):

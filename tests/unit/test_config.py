@@ -88,6 +88,7 @@ def test_tls_builds_an_ssl_context() -> None:
         ({"MODERATOR_KAFKA_SSL_CAFILE": "/nonexistent.pem"}, "MODERATOR_KAFKA_SSL_CAFILE"),
         ({"MODERATOR_DEGRADED_MODE": "panic"}, "MODERATOR_DEGRADED_MODE"),
         ({"MODERATOR_SESSION_TIMEOUT_MS": "500"}, "MODERATOR_SESSION_TIMEOUT_MS"),
+        ({"MODERATOR_PUBLISH_ATTEMPTS": "-1"}, "MODERATOR_PUBLISH_ATTEMPTS"),
     ],
 )
 def test_bad_security_and_overload_settings(env: dict[str, str], name: str) -> None:

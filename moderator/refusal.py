@@ -1,0 +1,82 @@
+"""What to publish instead when the broker refuses an outcome for good.
+
+An outage (timeouts, lost connections, leader changes) and a refusal of a whole topic (missing
+ACLs) heal or need an operator; the service re-sends through them forever. A refusal of one
+record (a schema rejecting it, INVALID_RECORD; a record too large; a corrupt batch) returns the
+same answer to the same bytes, so re-sending alone would hold the partition's commits forever.
+After a few refusals the outcome is diverted instead: a decision becomes a `publish_failed` dead
+letter carrying the original input, and a dead letter that is itself refused is re-sent with its
+value replaced by a small JSON receipt (its source topic, partition and offset stay in the headers
+to re-read the original). A receipt that is refused too is re-sent forever: nothing is committed
+without a record of what happened to the input.
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    UnknownError,
+)
+
+from moderator.errors import InvalidRecord
+from moderator.pipeline import InboundRecord, Outcome
+from moderator.records import DLQ_DECISION, DLQ_ERROR_MESSAGE, DLQ_VALUE_OMITTED, dlq_headers
+
+PUBLISH_FAILED = "publish_failed"
+
+# Errors about the record itself. aiokafka raises UnknownError for codes it does not know, among
+# them INVALID_RECORD (87), which a broker-side schema answers.
+RECORD_REFUSALS = (
+    CorruptRecordException,
+    InvalidTimestampError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    UnknownError,
+)
+
+
+def is_refusal(exc: BaseException | None) -> bool:
+    """True when the broker refused this record itself, not when it could not be reached."""
+    return isinstance(exc, RECORD_REFUSALS)
+
+
+def describe(exc: BaseException) -> str:
+    """aiokafka's errors name themselves: `[Error 10] MessageSizeTooLargeError: ...`."""
+    return str(exc) or type(exc).__name__
+
+
+def divert(
+    outcome: Outcome, record: InboundRecord, exc: BaseException, refusals: int
+) -> Outcome | None:
+    """The dead letter to publish instead of `outcome`, refused `refusals` times with `exc`;
+    None when `outcome` is already a receipt (the last resort is to keep re-sending it)."""
+    why = f"the broker refused it {refusals} times ({describe(exc)})"
+    if not outcome.dead_letter:
+        error = InvalidRecord(PUBLISH_FAILED, f"the decision was not published: {why}")
+        headers = dlq_headers(
+            error,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp,
+        )
+        headers.append((DLQ_DECISION, outcome.value or b""))
+        return Outcome(True, record.key, record.value, headers, PUBLISH_FAILED)
+    if any(name == DLQ_VALUE_OMITTED for name, _ in outcome.headers):
+        return None
+    size = len(outcome.value or b"")
+    headers = []
+    for name, value in outcome.headers:
+        if name == DLQ_ERROR_MESSAGE:
+            value += f"; the dead letter's value ({size} bytes) was omitted: {why}".encode()
+        if name != DLQ_DECISION:
+            headers.append((name, value))
+    headers.append((DLQ_VALUE_OMITTED, str(size).encode()))
+    receipt = orjson.dumps({"value_omitted_bytes": size})
+    return Outcome(True, outcome.key, receipt, headers, outcome.label)
