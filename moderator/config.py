@@ -81,8 +81,8 @@ HELP = {
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
     "session_timeout_ms": "a silent group member loses its partitions after this long "
     "(shorter: faster take-over after a crash; too short: needless rebalances)",
-    "publish_attempts": "sends of a record the broker refuses (INVALID_RECORD, too large) before "
-    "it is diverted to the dead-letter topic; 0 re-sends it forever, holding its partition",
+    "publish_attempts": "refusals of a record (INVALID_RECORD, too large), sent alone while its "
+    "topic takes others, before it is diverted to the dead-letter topic; 0: re-send forever",
     "kafka_security_protocol": "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
     "kafka_sasl_mechanism": "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 (with SASL_*)",
     "kafka_sasl_username": "SASL user name",

@@ -1,14 +1,15 @@
 """What to publish instead when the broker refuses an outcome for good.
 
 An outage (timeouts, lost connections, leader changes) and a refusal of a whole topic (missing
-ACLs) heal or need an operator; the service re-sends through them forever. A refusal of one
-record (a schema rejecting it, INVALID_RECORD; a record too large; a corrupt batch) returns the
-same answer to the same bytes, so re-sending alone would hold the partition's commits forever.
-After a few refusals the outcome is diverted instead: a decision becomes a `publish_failed` dead
-letter carrying the original input, and a dead letter that is itself refused is re-sent with its
-value replaced by a small JSON receipt (its source topic, partition and offset stay in the headers
-to re-read the original). A receipt that is refused too is re-sent forever: nothing is committed
-without a record of what happened to the input.
+ACLs, a schema refusing everything) heal or need an operator; the service re-sends through them
+forever. A refusal of one record (a schema rejecting it, INVALID_RECORD; a record too large; a
+corrupt batch) returns the same answer to the same bytes, so re-sending alone would hold the
+partition's commits forever. After a few such refusals (the service decides which count) the
+outcome is diverted instead: a decision becomes a `publish_failed` dead letter carrying the
+original input and the refused decision, and a dead letter that is itself refused is re-sent as a
+small JSON receipt keyed by its source (`topic/partition/offset`, also in its headers, to re-read
+the original there). A receipt refused too is re-sent forever: nothing is committed without a
+record of what happened to the input.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ from __future__ import annotations
 import orjson
 from aiokafka.errors import (
     CorruptRecordException,
-    InvalidTimestampError,
     MessageSizeTooLargeError,
     RecordListTooLargeError,
-    RecordTooLargeError,
     UnknownError,
 )
 
@@ -29,14 +28,15 @@ from moderator.records import DLQ_DECISION, DLQ_ERROR_MESSAGE, DLQ_VALUE_OMITTED
 
 PUBLISH_FAILED = "publish_failed"
 
-# Errors about the record itself. aiokafka raises UnknownError for codes it does not know, among
-# them INVALID_RECORD (87), which a broker-side schema answers.
+# Errors about the record itself. aiokafka raises UnknownError for every code it does not know,
+# among them INVALID_RECORD (87), which a broker-side schema answers; the code itself is lost, so
+# an unknown server error (-1) looks the same. That is why a refusal counts only while the topic
+# takes other records (moderator/service.py). INVALID_TIMESTAMP is left out: we never set
+# timestamps, so it means the host's clock is off, for every record.
 RECORD_REFUSALS = (
     CorruptRecordException,
-    InvalidTimestampError,
     MessageSizeTooLargeError,
     RecordListTooLargeError,
-    RecordTooLargeError,
     UnknownError,
 )
 
@@ -47,8 +47,11 @@ def is_refusal(exc: BaseException | None) -> bool:
 
 
 def describe(exc: BaseException) -> str:
-    """aiokafka's errors name themselves: `[Error 10] MessageSizeTooLargeError: ...`."""
-    return str(exc) or type(exc).__name__
+    """The error as an operator can act on it (aiokafka's name `UnknownError` hides the code)."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, UnknownError):
+        text += " (a code aiokafka does not know, e.g. INVALID_RECORD from a schema)"
+    return text
 
 
 def divert(
@@ -79,4 +82,6 @@ def divert(
             headers.append((name, value))
     headers.append((DLQ_VALUE_OMITTED, str(size).encode()))
     receipt = orjson.dumps({"value_omitted_bytes": size})
-    return Outcome(True, outcome.key, receipt, headers, outcome.label)
+    # Keyed by its source, not the original key: the key may be what the broker refuses.
+    key = f"{record.topic}/{record.partition}/{record.offset}".encode()
+    return Outcome(True, key, receipt, headers, outcome.label)

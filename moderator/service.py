@@ -7,6 +7,11 @@ partition were acknowledged by the broker; a failed delivery is re-sent with bac
 the partition's commit until it succeeds, or, when the broker refuses the record itself, until
 its diversion to the dead-letter topic succeeds (moderator/refusal.py). A crash or a rebalance
 may repeat decisions, never lose one.
+
+Which refusals are the record's own: once refused, a record is re-sent in a batch of its own
+(the broker refuses whole batches, so batch-mates of a bad record are refused with it), and a
+refusal counts toward `publish_attempts` only if the topic took other records meanwhile. A
+topic that refuses everything (a bad schema, a broker fault) is held like an outage.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from moderator.batcher import BatchScorer
@@ -54,8 +60,10 @@ class _Delivery:
     topic: str
     outcome: Outcome
     future: asyncio.Future[Any]
+    sent_at: float = field(default_factory=time.monotonic)  # the current attempt's
     attempts: int = 0
-    refusals: int = 0
+    alone: bool = False  # re-send in a batch of its own (it was refused once)
+    refusals: int = 0  # refusals of it alone while its topic took other records
 
 
 @dataclass(eq=False)
@@ -105,6 +113,8 @@ class Moderator:
         self._unpublished: dict[TopicPartition, int] = {}
         self._committable: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
+        self._last_ack: dict[str, float] = {}  # topic → when the broker last took a record
+        self._partitioner = DefaultPartitioner()
         self._in_flight = 0
         self._room = asyncio.Event()
         self._room.set()
@@ -349,21 +359,42 @@ class Moderator:
                 if tp in self._unpublished:
                     self._unpublished[tp] -= 1
 
-    async def _send(self, topic: str, outcome: Outcome) -> asyncio.Future[Any]:
+    async def _send(
+        self, topic: str, outcome: Outcome, *, alone: bool = False
+    ) -> asyncio.Future[Any]:
         """Hand one record to the producer; a failure to enqueue is a failed delivery."""
         assert self._producer is not None
         try:
-            future: asyncio.Future[Any] = await self._producer.send(
-                topic, value=outcome.value, key=outcome.key, headers=outcome.headers or None
-            )
+            if alone:
+                future: asyncio.Future[Any] = await self._send_alone(topic, outcome)
+            else:
+                future = await self._producer.send(
+                    topic, value=outcome.value, key=outcome.key, headers=outcome.headers or None
+                )
         except KafkaError as exc:
             future = asyncio.get_running_loop().create_future()
             future.set_exception(exc)
         return future
 
+    async def _send_alone(self, topic: str, outcome: Outcome) -> asyncio.Future[Any]:
+        """One record in a closed batch of its own, to the partition `send` would pick, so the
+        broker's answer is about this record alone."""
+        assert self._producer is not None
+        batch = self._producer.create_batch()
+        batch.append(key=outcome.key, value=outcome.value, timestamp=None,
+                     headers=outcome.headers)  # fmt: skip
+        batch.close()
+        partitions = sorted(await self._producer.partitions_for(topic))
+        partition = self._partitioner(outcome.key, partitions, partitions)
+        future: asyncio.Future[Any] = await self._producer.send_batch(
+            batch, topic, partition=partition
+        )
+        return future
+
     def _on_delivered(self, delivery: _Delivery, future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
             return  # the committer re-sends it
+        self._last_ack[delivery.topic] = time.monotonic()
         if delivery.outcome.dead_letter:
             self.metrics.dead_letters.labels(delivery.outcome.label).inc()
         else:
@@ -372,16 +403,24 @@ class Moderator:
 
     def _retry(self, delivery: _Delivery) -> None:
         exc = delivery.future.exception() if not delivery.future.cancelled() else None
-        if is_refusal(exc):
+        refused = exc is not None and is_refusal(exc)
+        if refused and delivery.alone and self._last_ack.get(delivery.topic, 0) > delivery.sent_at:
             delivery.refusals += 1
+        delivery.alone = delivery.alone or refused
         limit = self.settings.publish_attempts
-        if limit and delivery.refusals >= limit and self._divert(delivery, exc):
+        if refused and limit and delivery.refusals >= limit:
+            assert exc is not None
+            diverted = self._divert(delivery, exc)
+        else:
+            diverted = False
+        if diverted:
             backoff_s = 0.0  # a different record now: send it at once
             delivery.attempts = delivery.refusals = 0
+            delivery.alone = False
         else:
             backoff_s = RETRY_BACKOFF_S[min(delivery.attempts, len(RETRY_BACKOFF_S) - 1)]
             # Jitter: deliveries that failed together (one produce batch) must not be re-sent
-            # together forever, or a record the broker refuses drags its batch-mates down.
+            # together forever.
             backoff_s *= random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)  # noqa: S311
             delivery.attempts += 1
             log.warning(
@@ -392,19 +431,21 @@ class Moderator:
 
         async def resend() -> None:
             await asyncio.sleep(backoff_s)
-            await (await self._send(delivery.topic, delivery.outcome))
+            delivery.sent_at = time.monotonic()
+            sent = await self._send(delivery.topic, delivery.outcome, alone=delivery.alone)
+            await sent
 
         delivery.future = asyncio.ensure_future(resend())
         delivery.future.add_done_callback(functools.partial(self._on_delivered, delivery))
 
-    def _divert(self, delivery: _Delivery, exc: BaseException | None) -> bool:
+    def _divert(self, delivery: _Delivery, exc: BaseException) -> bool:
         """Swap a refused outcome for its dead letter (moderator/refusal.py); False if none."""
-        assert exc is not None
         r = delivery.record
         where = f"{r.topic}[{r.partition}]@{r.offset}"
         diverted = divert(delivery.outcome, r, exc, delivery.refusals)
         if diverted is None:
             if delivery.refusals == self.settings.publish_attempts:  # said once, not per re-send
+                self.metrics.publish_refused.labels("receipt").inc()
                 log.error(
                     "the broker refused the dead-letter receipt for %s %d times (%s); re-sending "
                     "it until it is taken, and holding the partition's commits",

@@ -50,6 +50,7 @@ class Ledger:
     dead_count: Counter[str] = field(default_factory=Counter)
     dead_repeats: int = 0
     diverted: dict[tuple[int, int], float] = field(default_factory=dict)  # source → first seen
+    diverted_decided_ms: dict[tuple[int, int], int | None] = field(default_factory=dict)
     bad_decisions: int = 0
 
     # -- feeding -----------------------------------------------------------------------------
@@ -85,9 +86,15 @@ class Ledger:
             self.degraded.add(mid)
 
     def on_dead_letter(
-        self, key: bytes | None, code: str, source: tuple[int, int] | None = None, now_ms: float = 0
+        self,
+        key: bytes | None,
+        code: str,
+        source: tuple[int, int] | None = None,
+        now_ms: float = 0,
+        decision: bytes | None = None,
     ) -> None:
-        """One dead letter; `source` is its inbound (partition, offset) from its headers."""
+        """One dead letter; `source` is its inbound (partition, offset) and `decision` the
+        refused decision of a `publish_failed` one, both from its headers."""
         key = key or b""
         if key in self.dead:
             self.dead_repeats += 1
@@ -95,6 +102,7 @@ class Ledger:
         self.dead_count[code] += 1
         if code == PUBLISH_FAILED and source is not None:
             self.diverted.setdefault(source, now_ms)
+            self.diverted_decided_ms.setdefault(source, _decided_at(decision))
 
     # -- figures -----------------------------------------------------------------------------
 
@@ -209,6 +217,14 @@ class Ledger:
     def decided_between(self, lo_ms: float, hi_ms: float) -> int:
         """First decisions that arrived in [lo_ms, hi_ms)."""
         return sum(1 for t in self.first_ms.values() if lo_ms <= t < hi_ms)
+
+
+def _decided_at(decision: bytes | None) -> int | None:
+    try:
+        value = orjson.loads(decision or b"").get("decided_at_ms")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 def quantile(sorted_values: list[float], q: float) -> float | None:

@@ -19,7 +19,12 @@ from aiokafka.structs import TopicPartition
 
 from loadgen.chaos.ledger import Ledger
 from loadgen.kafka import TopicSet, assign_at_end
-from moderator.records import DLQ_ERROR_CODE, DLQ_SOURCE_OFFSET, DLQ_SOURCE_PARTITION
+from moderator.records import (
+    DLQ_DECISION,
+    DLQ_ERROR_CODE,
+    DLQ_SOURCE_OFFSET,
+    DLQ_SOURCE_PARTITION,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +91,8 @@ class Observer:
                     elif tp.topic == n.dlq_topic:
                         headers = dict(r.headers or ())
                         code = headers.get(DLQ_ERROR_CODE, b"?").decode()
-                        self.ledger.on_dead_letter(r.key, code, _source(headers), now_ms)
+                        self.ledger.on_dead_letter(r.key, code, _source(headers), now_ms,
+                                                   headers.get(DLQ_DECISION))  # fmt: skip
 
     async def wait_for(
         self, done: Callable[[Ledger], bool], timeout_s: float, *, quiet_s: float = 0.0

@@ -57,8 +57,11 @@ class ScenarioResult:
     def figure(self, name: str, value: object) -> None:
         self.figures.append((name, str(value)))
 
-    def fill(self, ledger: Ledger, fault_ms: float | None, budget_ms: float) -> None:
-        """The common figures, from everything the observer saw."""
+    def fill(
+        self, ledger: Ledger, fault_ms: float | None, budget_ms: float, *, diverts: bool = False
+    ) -> None:
+        """The common figures, from everything the observer saw. Only a scenario whose broker
+        refuses decisions (`diverts`) may see one dead-lettered as `publish_failed`."""
         self.sent = len(ledger.inputs)
         self.decided = ledger.decided
         self.lost = len(ledger.lost())
@@ -72,6 +75,8 @@ class ScenarioResult:
                    f"{self.lost} of {self.sent} without a decision"
                    + (f" or a publish_failed dead letter ({diverted} diverted)" if diverted
                       else ""))  # fmt: skip
+        if not diverts:
+            self.check("no decision diverted to the dead-letter topic", diverted == 0, diverted)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -92,11 +92,12 @@ async def _traffic_and_finish(
     fault_ms: float | None,
     *,
     timeout_s: float = 120.0,
+    diverts: bool = False,
 ) -> None:
     """Wait for the traffic and for every decision, then fill the common figures."""
     summary = await load
     await st.obs.all_decided(timeout_s)
-    res.fill(st.obs.ledger, fault_ms, BUDGET_MS)
+    res.fill(st.obs.ledger, fault_ms, BUDGET_MS, diverts=diverts)
     if summary.send_errors:
         res.figure("load generator send errors", summary.send_errors)
     res.figure("generator send lag p99", _fmt_ms(summary.send_lag_p99_ms))
@@ -418,7 +419,7 @@ async def publish_failure(ctx: Context, res: ScenarioResult, *, hold: bool = Fal
         if hold:
             await _publish_held(st, res, a, load, hi_ms, fault_ms)
         else:
-            await _publish_diverted(st, res, a, load, hi_ms, fault_ms, snapshots)
+            await _publish_diverted(st, res, a, load, (lo_ms, hi_ms), fault_ms, snapshots)
         sampler.cancel()
         backoffs = [(int(m.group(1)), float(m.group(2))) for m in RETRY_LOG.finditer(a.log_text())]
         res.figure("back-offs seen in the log (s)", _backoff_summary([b for _, b in backoffs]))
@@ -481,13 +482,14 @@ async def _publish_diverted(
     res: ScenarioResult,
     a: ModeratorProc,
     load: asyncio.Task[Any],
-    hi_ms: float,
+    window: tuple[float, float],
     fault_ms: float,
     snapshots: list[tuple[float, dict[int, int | None]]],
 ) -> None:
     """The default: refused decisions become `publish_failed` dead letters, then commit."""
+    lo_ms, hi_ms = window
     lg = st.obs.ledger
-    await _traffic_and_finish(st, res, load, fault_ms, timeout_s=60)
+    await _traffic_and_finish(st, res, load, fault_ms, timeout_s=60, diverts=True)
     refused = a.metric('moderator_publish_refused_total{outcome="decision"}') or 0.0
     retries = a.metric("moderator_publish_retries_total") or 0.0
     code, exit_s = await asyncio.to_thread(a.terminate, 60)
@@ -505,6 +507,12 @@ async def _publish_diverted(
         if t_ms < seen_ms - COMMIT_SEEN_MARGIN_MS and (offsets.get(inp.partition) or 0) > inp.offset
     ]
     delays = sorted((seen_ms - inp.sent_at_ms) / 1000 for inp, seen_ms in diverted)
+    # Only decisions the schema refuses may be diverted: decided inside the window.
+    outside = [
+        inp.message_id
+        for inp, _ in diverted
+        if not lo_ms <= (lg.diverted_decided_ms.get((inp.partition, inp.offset)) or 0) <= hi_ms
+    ]
     res.figure("decisions refused for good, diverted as publish_failed dead letters",
                f"{len(diverted)} (moderator_publish_refused_total: {refused:.0f}; "
                f"dead letters read: {lg.dead_count['publish_failed']})")  # fmt: skip
@@ -518,6 +526,8 @@ async def _publish_diverted(
                f"{_offsets(committed)} / {_offsets(dict(ends.items()))}")  # fmt: skip
     res.figure("SIGTERM: exit code, time", f"{code}, {exit_s:.1f} s")
     res.check("the broker really refused decisions", len(diverted) > 0, len(diverted))
+    res.check("only refused decisions were diverted (each decided inside the window)",
+              not outside, f"{len(outside)} outside: {outside[:5]}")  # fmt: skip
     res.check("no offset committed past a refused input before its dead letter",
               not early, f"{len(early)} snapshots ahead of a dead letter")  # fmt: skip
     res.check("nothing held: every partition committed to its end, exit 0",

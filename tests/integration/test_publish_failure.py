@@ -13,6 +13,8 @@ re-sends forever.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -28,7 +30,7 @@ from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
-from tests.integration.kafka_io import chat, consume, decisions_by_id
+from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids
 
 pytestmark = pytest.mark.integration
 
@@ -155,15 +157,55 @@ def refused_input(message_id: str, text: str) -> tuple[bytes, bytes]:
     return b"c-1", orjson.dumps(value)
 
 
+class Trickle:
+    """Steady chat traffic, valid and invalid (a JSON object missing fields, which the dead-letter
+    topic's schema takes): a refusal counts only while its topic takes other records."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self.topic = topic
+        self.ends: dict[int, int] = {}
+        self.valid = 0
+        self.stopping = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Trickle:
+        await self.producer.start()
+        self.task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        for n in itertools.count():
+            key, value = chat(1000 + n, f"trickle {n}", channels=4)
+            bad = orjson.dumps({"message_id": f"bad-{n}"})  # → missing_field
+            for k, v in ((key, value), (key, bad)):
+                meta = await (await self.producer.send(self.topic, value=v, key=k))
+                self.ends[meta.partition] = meta.offset + 1
+            self.valid += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), 0.05)
+            if self.stopping.is_set():
+                return
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.stopping.set()  # not a cancel: every record sent is counted in `ends`
+        try:
+            await asyncio.wait_for(self.task, 30)
+        finally:
+            await self.producer.stop()
+
+
 async def test_refused_records_are_diverted_to_the_dead_letter_topic_then_committed(
     refusing_broker: Broker,
     settings: Settings,
     classifier: Classifier,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A decision refused `publish_attempts` times becomes a `publish_failed` dead letter with
-    the original input; a dead letter refused too becomes a receipt without the value. The
-    partition commits past them only after the broker took the replacement."""
+    """A decision refused `publish_attempts` times (alone, while other decisions go through)
+    becomes a `publish_failed` dead letter with the original input; a dead letter refused too
+    becomes a receipt without the value. The partition commits past them only after the broker
+    took the replacement."""
     attempts = 3
     settings = settings.replace(
         kafka_bootstrap=refusing_broker.bootstrap, redis_url="", publish_attempts=attempts
@@ -179,57 +221,68 @@ async def test_refused_records_are_diverted_to_the_dead_letter_topic_then_commit
     refused = {0: records.index(once), 1: records.index(twice)}
     caplog.set_level(logging.WARNING, logger="moderator.service")
 
+    async def commits() -> dict[int, int | None]:
+        return await committed_offsets(bootstrap, settings.group_id, settings.in_topic, PARTITIONS)
+
     async with Moderator(settings, classifier=classifier) as service:
         await service.wait_ready(30)
-        partitions = await send_all(bootstrap, settings.in_topic, records)
-        end = {p: partitions.count(p) for p in range(PARTITIONS)}
-        where = {
-            n: (partitions[i], partitions[:i].count(partitions[i])) for n, i in refused.items()
-        }
-        # Poll the group's commits; note when each refused input was first seen committed past.
-        passed_ms: dict[int, float] = {}
-        offsets: dict[int, int | None] = {}
-        deadline = time.monotonic() + 60
-        while offsets != end and time.monotonic() < deadline:
-            offsets = await committed_offsets(
-                bootstrap, settings.group_id, settings.in_topic, PARTITIONS
-            )  # fmt: skip
-            seen_ms = time.time() * 1000
-            for n, (partition, offset) in where.items():
-                if (offsets[partition] or 0) > offset:
-                    passed_ms.setdefault(n, seen_ms)
-            await asyncio.sleep(0.05)
-        assert offsets == end, "the refused inputs no longer hold their partitions"
+        async with Trickle(bootstrap, settings.in_topic) as trickle:
+            partitions = await send_all(bootstrap, settings.in_topic, records)
+            where = {n: (partitions[i], partitions[:i].count(partitions[i]))
+                     for n, i in refused.items()}  # fmt: skip
+            # Poll the commits; note when each refused input was first seen committed past.
+            passed_ms: dict[int, float] = {}
+            deadline = time.monotonic() + 60
+            while len(passed_ms) < len(where) and time.monotonic() < deadline:
+                offsets = await commits()
+                seen_ms = time.time() * 1000
+                for n, (partition, offset) in where.items():
+                    if (offsets[partition] or 0) > offset:
+                        passed_ms.setdefault(n, seen_ms)
+                await asyncio.sleep(0.05)
+        assert len(passed_ms) == len(where), "the refused inputs no longer hold their partitions"
+        end = dict(trickle.ends)
+        for _ in range(300):
+            offsets = await commits()
+            if offsets == end:
+                break
+            await asyncio.sleep(0.1)
+        assert offsets == end, "everything after them is committed too"
         assert service.failure is None
         value = service.metrics.registry.get_sample_value
         assert value("moderator_publish_refused_total", {"outcome": "decision"}) == 2
         assert value("moderator_publish_refused_total", {"outcome": "dead_letter"}) == 1
+        assert value("moderator_publish_refused_total", {"outcome": "receipt"}) is None
         assert value("moderator_dead_letters_total", {"reason": "publish_failed"}) == 2
 
     decided = decisions_by_id(
-        await consume(bootstrap, settings.out_topic, until=lambda got: len(got) >= 60)
+        await consume(bootstrap, settings.out_topic, until=distinct_ids(60 + trickle.valid))
     )  # fmt: skip
-    assert set(decided) == {f"m-{i}" for i in range(60)}
-    dead = await consume(bootstrap, settings.dlq_topic, until=lambda got: len(got) >= 2)
+    assert {f"m-{i}" for i in range(60)} <= set(decided)
+    assert not {mid for mid in decided if mid.startswith(REFUSE_PREFIX)}
+    assert len(decided) == 60 + trickle.valid, "every other message was decided"
+    everything = await consume(bootstrap, settings.dlq_topic, until=lambda _: False, timeout_s=5)
+    dead = [r for r in everything if ("moderator.error.code", b"publish_failed") in r.headers]
     assert len(dead) == 2, "one dead letter per refused input, no more"
     by_offset = {int(dict(r.headers)["moderator.source.offset"]): r for r in dead}
     for n, (key, original) in ((0, once), (1, twice)):
         partition, offset = where[n]
         letter = by_offset[offset]
         headers = {name: v.decode() for name, v in letter.headers}
-        assert letter.key == key
-        assert headers["moderator.error.code"] == "publish_failed"
         assert f"refused it {attempts} times" in headers["moderator.error.message"]
         assert headers["moderator.source.topic"] == settings.in_topic
         assert headers["moderator.source.partition"] == str(partition)
-        # The record's timestamp is taken when it is handed to the producer, before its ack.
+        # The record's timestamp is taken when it is handed to the producer, before its ack
+        # (tests/unit/test_publish_retry.py checks the ack itself).
         assert passed_ms[n] >= letter.timestamp, "committed before its dead letter was sent"
         if n == 0:
+            assert letter.key == key
             assert letter.value == original, "the dead letter carries the input untouched"
             decision = orjson.loads(headers["moderator.decision"])
             assert decision["message_id"] == f"{REFUSE_PREFIX}1"
             assert decision["action"] in ("allow", "nudge", "block")
         else:
+            assert letter.key == f"{settings.in_topic}/{partition}/{offset}".encode()
             assert orjson.loads(letter.value) == {"value_omitted_bytes": len(original)}
             assert headers["moderator.value.omitted_bytes"] == str(len(original))
             assert "moderator.decision" not in headers

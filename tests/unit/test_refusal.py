@@ -5,10 +5,13 @@ from __future__ import annotations
 import orjson
 import pytest
 from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidTimestampError,
     KafkaConnectionError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     NotLeaderForPartitionError,
+    RecordListTooLargeError,
     RequestTimedOutError,
     TopicAuthorizationFailedError,
     UnknownError,
@@ -36,7 +39,15 @@ def record(value: bytes | None = INPUT) -> ConsumerRecord[bytes, bytes]:
                           headers=())  # fmt: skip
 
 
-@pytest.mark.parametrize("exc", [UnknownError(), MessageSizeTooLargeError("too big")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        UnknownError(),  # INVALID_RECORD (87) from a schema, as aiokafka reports it
+        MessageSizeTooLargeError("too big"),
+        RecordListTooLargeError(),
+        CorruptRecordException(),
+    ],
+)
 def test_a_refusal_of_the_record_is_told_apart(exc: Exception) -> None:
     assert is_refusal(exc)
 
@@ -50,6 +61,7 @@ def test_a_refusal_of_the_record_is_told_apart(exc: Exception) -> None:
         KafkaConnectionError(),
         NotLeaderForPartitionError(),
         TopicAuthorizationFailedError(),  # the whole topic: an operator's job, not the record's
+        InvalidTimestampError(),  # we never set timestamps: the host's clock is off, for all
     ],
 )
 def test_outages_and_topic_wide_refusals_are_not_record_refusals(exc: Exception | None) -> None:
@@ -66,7 +78,8 @@ def test_a_refused_decision_becomes_a_dead_letter_with_the_input_and_the_decisio
     headers = dict(letter.headers)
     assert headers[DLQ_ERROR_CODE] == b"publish_failed"
     assert headers[DLQ_ERROR_MESSAGE] == (
-        b"the decision was not published: the broker refused it 5 times ([Error -1] UnknownError)"
+        b"the decision was not published: the broker refused it 5 times ([Error -1] UnknownError"
+        b" (a code aiokafka does not know, e.g. INVALID_RECORD from a schema))"
     )
     assert headers[DLQ_SOURCE_OFFSET] == b"41"
     assert headers[DLQ_DECISION] == DECISION
@@ -79,7 +92,7 @@ def test_a_refused_dead_letter_keeps_its_reason_and_source_but_not_its_value() -
     receipt = divert(first, record(), MessageSizeTooLargeError("over the limit"), 3)
     assert receipt is not None
     assert receipt.label == PUBLISH_FAILED
-    assert receipt.key == b"c-1"
+    assert receipt.key == b"chat.messages/2/41", "keyed by its source: the key may be the problem"
     assert orjson.loads(receipt.value or b"") == {"value_omitted_bytes": len(INPUT)}
     headers = dict(receipt.headers)
     assert headers[DLQ_ERROR_CODE] == b"publish_failed"
