@@ -64,6 +64,8 @@ class _Delivery:
     attempts: int = 0
     alone: bool = False  # re-send in a batch of its own (it was refused once)
     refusals: int = 0  # refusals of it alone while its topic took other records
+    abandoned: bool = False  # its partition moved to another member, which redoes the input
+    settled: bool = False  # no longer counted in flight
 
 
 @dataclass(eq=False)
@@ -352,10 +354,12 @@ class Moderator:
                 topic = self.settings.dlq_topic if outcome.dead_letter else self.settings.out_topic
                 future = await self._send(topic, outcome)
                 delivery = _Delivery(record, topic, outcome, future)
-                future.add_done_callback(functools.partial(self._on_delivered, delivery))
                 queue = self._deliveries.get(tp)
                 if queue is not None:
                     queue.append(delivery)
+                else:
+                    delivery.abandoned = True
+                future.add_done_callback(functools.partial(self._on_delivered, delivery))
                 if tp in self._unpublished:
                     self._unpublished[tp] -= 1
 
@@ -393,13 +397,21 @@ class Moderator:
 
     def _on_delivered(self, delivery: _Delivery, future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
+            if delivery.abandoned:
+                self._settle(delivery)
             return  # the committer re-sends it
         self._last_ack[delivery.topic] = time.monotonic()
         if delivery.outcome.dead_letter:
             self.metrics.dead_letters.labels(delivery.outcome.label).inc()
         else:
             self.metrics.decisions.labels(delivery.outcome.label).inc()
-        self._add_in_flight(-1)
+        self._settle(delivery)
+
+    def _settle(self, delivery: _Delivery) -> None:
+        """Stop counting `delivery` in flight, once: acknowledged, or abandoned unacknowledged."""
+        if not delivery.settled:
+            delivery.settled = True
+            self._add_in_flight(-1)
 
     def _retry(self, delivery: _Delivery) -> None:
         exc = delivery.future.exception() if not delivery.future.cancelled() else None
@@ -528,7 +540,7 @@ class Moderator:
         await self._commit(revoked)
         if forget:
             for tp in revoked:
-                self._deliveries.pop(tp, None)
+                self._abandon(self._deliveries.pop(tp, ()))
                 self._unpublished.pop(tp, None)
                 self._committable.pop(tp, None)
                 self._committed.pop(tp, None)
@@ -537,6 +549,16 @@ class Moderator:
             if revoked:
                 log.info("released %s", sorted((tp.topic, tp.partition) for tp in revoked))
         return drained
+
+    def _abandon(self, deliveries: Iterable[_Delivery]) -> None:
+        """Give up deliveries of a partition now owned elsewhere: no more re-sends, and no longer
+        in flight (or fetching would stay capped by work that will never be acknowledged here)."""
+        for delivery in deliveries:
+            delivery.abandoned = True
+            if not delivery.future.done():
+                delivery.future.cancel()  # its callback settles it
+            elif _failed(delivery.future):
+                self._settle(delivery)
 
     async def _lag_loop(self) -> None:
         assert self._consumer is not None

@@ -31,17 +31,20 @@ DEFINITIONS = f"""\
 
 STATIC_NOTES = """\
 - **Publishing failures are provoked for real, but one way only.** The embedded Tansu broker is
-  started with a JSON-schema registry whose schema for the decisions topic refuses any decision
+  started with a JSON-schema registry whose schema for the decisions topic refuses decisions
   whose `decided_at_ms` falls in a window of a few seconds: the broker answers INVALID_RECORD
   (aiokafka reports it as `UnknownError`, code 87 is unknown to it), the moderator's delivery
   future fails, and its retry path runs. Tansu reads schemas only at start-up, and a resend carries
-  the same bytes, so a refused decision stays refused. By default the moderator re-sends it with
-  back-off and, after `MODERATOR_PUBLISH_ATTEMPTS` (5) refusals, dead-letters the input as
-  `publish_failed` (its decision in a header) and commits past it once that is acknowledged; with
-  `MODERATOR_PUBLISH_ATTEMPTS=0` it re-sends forever and the partition's commits are held until a
-  restart decides the input again. Both rows are below. Produce requests that time out and then
-  succeed on a re-send are provoked by the 45 s broker freeze; timeouts are outages, never counted
-  as refusals.
+  the same bytes, so a refused decision stays refused. Once refused, a decision is re-sent in a
+  batch of its own, and a refusal counts only while the topic takes other decisions. In the
+  default row one message in five is refused: after `MODERATOR_PUBLISH_ATTEMPTS` (5) counted
+  refusals the moderator dead-letters the input as `publish_failed` (its decision in a header)
+  and commits past it once that is acknowledged. In the `MODERATOR_PUBLISH_ATTEMPTS=0` row every
+  decision in the window is refused and re-sent forever, and the partition's commits are held
+  until a restart decides the input again. (With the default, a window refusing every decision
+  is held the same way while it lasts: a topic refusing everything looks like an outage.)
+  Produce requests that time out and then succeed on a re-send are provoked by the 45 s broker
+  freeze; timeouts are outages, never counted as refusals.
 - **Broker unreachable** is a SIGSTOP of the broker process (connections stay open, requests
   hang): for 12 s, past the 6 s group session timeout, and for 45 s, past the producer's 40 s
   request timeout as well. Dropping the port (a firewall rule) was not tried: only loopback

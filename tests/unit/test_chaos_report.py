@@ -72,10 +72,13 @@ def test_every_scenario_is_listed_and_quick_is_shorter() -> None:
     assert quick.junk < full.junk == 10_000
 
 
-def test_the_refusal_schema_names_the_window() -> None:
-    schema = reject_window_schema(10, 20)
-    rule = schema["properties"]["value"]["properties"]["decided_at_ms"]
-    assert rule == {"not": {"minimum": 10, "maximum": 20}}
+def test_the_refusal_schema_names_the_window_and_the_ids() -> None:
+    refused = reject_window_schema(10, 20)["properties"]["value"]["not"]
+    assert refused == {"properties": {"decided_at_ms": {"minimum": 10, "maximum": 20}},
+                       "required": ["decided_at_ms"]}  # fmt: skip
+    refused = reject_window_schema(10, 20, "[37]$")["properties"]["value"]["not"]
+    assert refused["properties"]["message_id"] == {"pattern": "[37]$"}
+    assert refused["required"] == ["decided_at_ms", "message_id"]
 
 
 def test_child_env_maps_settings_to_moderator_variables(tmp_path: Path) -> None:

@@ -203,3 +203,25 @@ async def test_a_refused_dead_letter_becomes_a_receipt_and_a_refused_receipt_hol
     assert h.refused("receipt") == 1, "said once"
     assert send.outcome.key == b"chat.messages/0/7", "the receipt is re-sent, never dropped"
     assert h.committable() is None
+
+
+async def test_work_of_a_partition_given_up_is_no_longer_in_flight(harness: Harness) -> None:
+    """A revoked partition's unacknowledged deliveries are redone by its new owner; here they
+    must stop re-sending and stop counting, or the in-flight cap would shrink for good."""
+    h = harness
+    send = await h.publish(REFUSED_TP, 7)
+    send = await h.fail(send, KafkaTimeoutError())  # being re-sent
+    assert h.m._in_flight == 1
+    h.m._abandon(h.m._deliveries.pop(REFUSED_TP))
+    await asyncio.sleep(0.01)
+    assert h.m._in_flight == 0
+    assert send.future.cancelled()
+    revoked = TopicPartition(IN, 9)  # published after its partition was revoked
+    late = await h.publish(revoked, 3)
+    late.future.set_exception(KafkaTimeoutError())
+    await asyncio.sleep(0.01)
+    h.m._advance()
+    assert h.m._in_flight == 0
+    sends = len(h.sends)
+    await asyncio.sleep(0.05)
+    assert len(h.sends) == sends, "nothing given up is re-sent"
