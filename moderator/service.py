@@ -415,32 +415,28 @@ class Moderator:
 
     def _retry(self, delivery: _Delivery) -> None:
         exc = delivery.future.exception() if not delivery.future.cancelled() else None
-        refused = exc is not None and is_refusal(exc)
-        if refused and delivery.alone and self._last_ack.get(delivery.topic, 0) > delivery.sent_at:
-            delivery.refusals += 1
-        delivery.alone = delivery.alone or refused
-        limit = self.settings.publish_attempts
-        if refused and limit and delivery.refusals >= limit:
-            assert exc is not None
-            diverted = self._divert(delivery, exc)
-        else:
-            diverted = False
-        if diverted:
-            backoff_s = 0.0  # a different record now: send it at once
-            delivery.attempts = delivery.refusals = 0
-            delivery.alone = False
-        else:
-            backoff_s = RETRY_BACKOFF_S[min(delivery.attempts, len(RETRY_BACKOFF_S) - 1)]
-            # Jitter: deliveries that failed together (one produce batch) must not be re-sent
-            # together forever.
-            backoff_s *= random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)  # noqa: S311
-            delivery.attempts += 1
-            log.warning(
-                "publishing to %s failed (%s); retry %d in %.2fs",
-                delivery.topic, exc, delivery.attempts, backoff_s,
-            )  # fmt: skip
-            self.metrics.publish_retries.inc()
+        if exc is not None and is_refusal(exc):
+            # Its own refusal only if it went alone and the topic took other records meanwhile.
+            if delivery.alone and self._last_ack.get(delivery.topic, 0) > delivery.sent_at:
+                delivery.refusals += 1
+                limit = self.settings.publish_attempts
+                if limit and delivery.refusals >= limit and self._divert(delivery, exc):
+                    self._resend(delivery, 0.0)  # a different record now: send it at once
+                    return
+            delivery.alone = True
+        backoff_s = RETRY_BACKOFF_S[min(delivery.attempts, len(RETRY_BACKOFF_S) - 1)]
+        # Jitter: deliveries that failed together (one produce batch) must not be re-sent
+        # together forever.
+        backoff_s *= random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)  # noqa: S311
+        delivery.attempts += 1
+        log.warning(
+            "publishing to %s failed (%s); retry %d in %.2fs",
+            delivery.topic, exc, delivery.attempts, backoff_s,
+        )  # fmt: skip
+        self.metrics.publish_retries.inc()
+        self._resend(delivery, backoff_s)
 
+    def _resend(self, delivery: _Delivery, backoff_s: float) -> None:
         async def resend() -> None:
             await asyncio.sleep(backoff_s)
             delivery.sent_at = time.monotonic()
@@ -456,7 +452,7 @@ class Moderator:
         where = f"{r.topic}[{r.partition}]@{r.offset}"
         diverted = divert(delivery.outcome, r, exc, delivery.refusals)
         if diverted is None:
-            if delivery.refusals == self.settings.publish_attempts:  # said once, not per re-send
+            if delivery.refusals == self.settings.publish_attempts:  # said once
                 self.metrics.publish_refused.labels("receipt").inc()
                 log.error(
                     "the broker refused the dead-letter receipt for %s %d times (%s); re-sending "
@@ -473,6 +469,8 @@ class Moderator:
         self.metrics.publish_refused.labels(kind).inc()
         delivery.outcome = diverted
         delivery.topic = self.settings.dlq_topic
+        delivery.attempts = delivery.refusals = 0
+        delivery.alone = False  # a new record: batched like any other until refused
         return True
 
     # -- committing ------------------------------------------------------------------------
