@@ -95,7 +95,7 @@ class Pipeline:
                     record.value, timestamp_ms=record.timestamp, max_bytes=self.max_record_bytes
                 )
             except InvalidRecord as err:
-                outcomes[i] = self._dead_letter(record, err)
+                outcomes[i] = dead_letter(record, err)
                 continue
             valid.append((i, msg))
 
@@ -210,12 +210,15 @@ class Pipeline:
             key = msg.channel_id.encode()
         return Outcome(False, key, value, [], action)
 
-    def _dead_letter(self, record: InboundRecord, err: InvalidRecord) -> Outcome:
-        headers = dlq_headers(
-            err,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp,
-        )
-        return Outcome(True, record.key, record.value, headers, err.code)
+
+def dead_letter(record: InboundRecord, err: InvalidRecord) -> Outcome:
+    """`record` for the dead-letter topic: its key and value untouched, `err` and its source in
+    headers (also the shape of a decision the broker refused, moderator/refusal.py)."""
+    headers = dlq_headers(
+        err,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        timestamp_ms=record.timestamp,
+    )
+    return Outcome(True, record.key, record.value, headers, err.code)

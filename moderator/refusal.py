@@ -23,8 +23,8 @@ from aiokafka.errors import (
 )
 
 from moderator.errors import InvalidRecord
-from moderator.pipeline import InboundRecord, Outcome
-from moderator.records import DLQ_DECISION, DLQ_ERROR_MESSAGE, DLQ_VALUE_OMITTED, dlq_headers
+from moderator.pipeline import InboundRecord, Outcome, dead_letter
+from moderator.records import DLQ_DECISION, DLQ_ERROR_MESSAGE, DLQ_VALUE_OMITTED
 
 PUBLISH_FAILED = "publish_failed"
 
@@ -62,15 +62,9 @@ def divert(
     why = f"the broker refused it {refusals} times ({describe(exc)})"
     if not outcome.dead_letter:
         error = InvalidRecord(PUBLISH_FAILED, f"the decision was not published: {why}")
-        headers = dlq_headers(
-            error,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp,
-        )
-        headers.append((DLQ_DECISION, outcome.value or b""))
-        return Outcome(True, record.key, record.value, headers, PUBLISH_FAILED)
+        letter = dead_letter(record, error)
+        letter.headers.append((DLQ_DECISION, outcome.value or b""))
+        return letter
     if any(name == DLQ_VALUE_OMITTED for name, _ in outcome.headers):
         return None
     size = len(outcome.value or b"")
