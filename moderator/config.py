@@ -15,7 +15,9 @@ from moderator.errors import ConfigError
 
 ENV_PREFIX = "MODERATOR_"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL_DIR = REPO_ROOT / "models" / "build" / "chat-minilm"
+# The shipped default model: package data, so an installed (not only an editable) moderator has
+# it. `make model` rebuilds it in models/build/ and copies it here (`python -m models ship`).
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "default_model"
 DEFAULT_THREADS = 4
 
 
@@ -64,7 +66,8 @@ HELP = {
     "dlq_topic": "dead-letter topic for bad records",
     "group_id": "Kafka consumer group",
     "redis_url": "verdict cache; empty disables it",
-    "model_dir": "model directory (DESIGN.md contract)",
+    "model_dir": "model directory (model.onnx, tokenizer.json, manifest.json); the shipped "
+    "default model if unset",
     "policy": "policy file (TOML or JSON); the default policy if unset",
     "threads": "intra-op threads per model instance (capped at the cores we may use)",
     "budget_ms": "latency budget per message, from its send time",
@@ -254,7 +257,7 @@ class Settings:
         if not (self.model_dir / "manifest.json").is_file():
             raise ConfigError(
                 f"{ENV_PREFIX}MODEL_DIR: {self.model_dir} has no manifest.json "
-                "(build the default model with `make model`)"
+                "(a model directory holds model.onnx, tokenizer.json and manifest.json)"
             )
 
     @classmethod

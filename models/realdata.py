@@ -1,0 +1,228 @@
+"""Real human text split once into train / dev / test, and its training targets.
+
+Every line's split is a hash of its normalised text, so a line is in one split only whatever
+source it came from, and a rebuild puts it in the same place. Large pools are then capped by
+the same hash order, so the caps are deterministic too.
+
+- train: fine-tuning, next to the template corpus;
+- dev: choosing the default policy's thresholds (benign dev for the flag-rate limits, toxic
+  dev for recall), never trained on;
+- test: the report only, seen by nothing else.
+
+Targets for real lines (labels in `models.corpus.LABELS` order):
+- benign pools (chat, SMS, tweets, film dialogue, questions): 0 everywhere, `obscene` from the
+  same vulgar-word rule the template corpus uses (it is lexical by definition);
+- `rtp_scored`: the Perspective API's own scores shipped with RealToxicityPrompts, as soft
+  targets (distillation from a model trained on millions of real comments);
+- `insults` (dev and test only, never trained on): the human label gives `insult` and
+  `toxicity`; `obscene` lexical.
+The benign pools are unlabelled real text: a few of their lines are rude. Labelling them 0
+teaches that ordinary conversation is ordinary; the test figures count every flag on them as a
+false positive, so they are, if anything, pessimistic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from models import corpus, sources
+from moderator.normalize import normalize_text
+
+SPLITS = ("train", "dev", "test")
+SALT = "chat-minilm-real-v1"
+
+# Share of each source's lines that goes to train and dev; the rest is test.
+SHARES = {"train": 0.5, "dev": 0.2}
+# The insult comments are Kaggle competition data whose terms the archive does not state: they
+# judge the model (dev, test) but are never trained on, so the shipped weights carry none of it.
+EVAL_ONLY_SHARES = {"train": 0.0, "dev": 0.4}
+# Lines kept per split for the large pools (the rest is simply unused).
+CAPS: dict[str, dict[str, int]] = {
+    "chat": {"train": 6_000, "dev": 10_000, "test": 20_000},
+    "movie_dialog": {"train": 2_500, "dev": 4_000, "test": 8_000},
+}
+# Perspective attribute -> our label.
+PERSPECTIVE = {
+    "toxicity": "toxicity",
+    "severe_toxicity": "severe_toxicity",
+    "profanity": "obscene",
+    "insult": "insult",
+    "threat": "threat",
+    "identity_attack": "identity_attack",
+    "sexually_explicit": "sexual_explicit",
+}
+BENIGN = ("chat", "sms_ham", "tweets", "movie_dialog", "questions")
+CHAT_LIKE = ("chat", "sms_ham", "tweets")  # the report's "benign chat-like" pool
+TOXIC = ("rtp_scored", "insults")
+# Labels the teachers cover, distilled from their agreement; the rest stay 0 on benign pools.
+DISTILLED = ("toxicity", "severe_toxicity", "insult", "threat", "identity_attack")
+MINED_AT = 0.5
+_ACTING = tuple(i for i, label in enumerate(corpus.LABELS) if label != "obscene")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One real line: where it came from, its split, and what the report counts it as."""
+
+    text: str
+    source: str
+    split: str
+    toxic: bool  # gold for the report: benign pools False, RTP True, insults by label
+    family: str  # "benign", or the toxic family(ies) the report breaks recall down by
+    target: tuple[float, ...]  # training target in corpus.LABELS order
+
+
+def _unit(text: str) -> float:
+    """A stable number in [0, 1) from the normalised text."""
+    digest = hashlib.sha256(f"{SALT}\0{normalize_text(text).lower()}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def split_of(text: str, shares: dict[str, float] = SHARES) -> str:
+    """train / dev / test by the text's hash and the shares of train and dev."""
+    u = _unit(text)
+    if u < shares["train"]:
+        return "train"
+    if u < shares["train"] + shares["dev"]:
+        return "dev"
+    return "test"
+
+
+def _obscene(text: str) -> float:
+    return 1.0 if corpus.VULGAR.search(text.lower()) else 0.0
+
+
+def _target(**scores: float) -> tuple[float, ...]:
+    return tuple(float(scores.get(label, 0.0)) for label in corpus.LABELS)
+
+
+def _benign(name: str, texts: Sequence[str]) -> list[Line]:
+    return [
+        Line(t, name, split_of(t), False, "benign", _target(obscene=_obscene(t))) for t in texts
+    ]
+
+
+def _rtp(rows: Sequence[tuple[str, dict[str, float]]]) -> list[Line]:
+    out = []
+    for text, attrs in rows:
+        target = {PERSPECTIVE[k]: v for k, v in attrs.items() if k in PERSPECTIVE}
+        # The family is the attribute Perspective rates highest after toxicity itself.
+        specific = {k: v for k, v in attrs.items() if k in PERSPECTIVE and k != "toxicity"}
+        family = max(specific, key=lambda k: specific[k]) if specific else "toxicity"
+        out.append(Line(text, "rtp_scored", split_of(text), True, family, _target(**target)))
+    return out
+
+
+def _insults(rows: Sequence[tuple[str, int]]) -> list[Line]:
+    out = []
+    for text, label in rows:
+        hot = float(label)
+        target = _target(insult=hot, toxicity=hot, obscene=_obscene(text))
+        family = "insult" if label else "benign"
+        split = split_of(text, EVAL_ONLY_SHARES)
+        out.append(Line(text, "insults", split, bool(label), family, target))
+    return out
+
+
+def _texts(loader: Callable[[Path], Sequence[object]], cache: Path) -> list[str]:
+    rows = loader(cache)
+    return [r[0] if isinstance(r, tuple) else str(r) for r in rows]
+
+
+def load(cache: Path = sources.DEFAULT_CACHE, *, all_train: bool = False) -> list[Line]:
+    """Every real line of every source used, with split and target; capped pools trimmed.
+
+    `all_train` keeps the whole train split of the capped pools, so that distillation can mine
+    the rare rude lines beyond the cap (see `training_lines`).
+    """
+    lines: list[Line] = []
+    for name in BENIGN:
+        pool = _benign(name, _texts(sources.LOADERS[name], cache))
+        caps = CAPS.get(name)
+        if caps:
+            pool.sort(key=lambda line: _unit(line.text + "\0cap"))
+            kept: list[Line] = []
+            for split in SPLITS:
+                in_split = [ln for ln in pool if ln.split == split]
+                kept += in_split if all_train and split == "train" else in_split[: caps[split]]
+            pool = kept
+        lines += pool
+    lines += _rtp(sources.rtp_scored(cache))
+    lines += _insults(sources.insults(cache))
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for line in lines:  # a text twice in one source (after normalising) counts once
+        key = (line.source, normalize_text(line.text).lower())
+        if key not in seen:
+            seen.add(key)
+            unique.append(line)
+    return unique
+
+
+def select(lines: Sequence[Line], split: str, names: Sequence[str]) -> list[Line]:
+    return [ln for ln in lines if ln.split == split and ln.source in names]
+
+
+def distilled(texts: Sequence[str], teachers: Sequence[Any]) -> npt.NDArray[np.float32]:
+    """Targets for unlabelled real lines from the teachers' agreement, in LABELS order.
+
+    Each hostile label is the product of the Jigsaw BiLSTM's score for it and
+    alt-profanity-check's offensiveness: a line one teacher alone finds rude gets a low target,
+    so the student does not inherit either teacher's false positives, while a line both call
+    an insult is learnt as one. `toxicity` is the highest hostile label, `obscene` stays
+    lexical, labels no teacher covers stay 0.
+    """
+    from models import teachers as tmod
+
+    by_name = {t.name: t for t in teachers}
+    jig = tmod.mapped(by_name["jigsaw_bilstm"], by_name["jigsaw_bilstm"].score(texts))
+    prof = by_name["profanity_check"].score(texts)[:, 0]
+    out = np.zeros((len(texts), len(corpus.LABELS)), np.float32)
+    for j, label in enumerate(corpus.LABELS):
+        if label in DISTILLED:
+            out[:, j] = np.nan_to_num(jig[:, j]) * prof
+    # Our `toxicity` is hostility toward someone, not swearing, and both teachers count
+    # "oh crap" as toxic: so it follows the hostile labels rather than their toxicity.
+    hostile = [corpus.LABELS.index(label) for label in DISTILLED if label != "toxicity"]
+    out[:, corpus.LABELS.index("toxicity")] = out[:, hostile].max(axis=1)
+    obscene = corpus.LABELS.index("obscene")
+    out[:, obscene] = [_obscene(t) for t in texts]
+    return out
+
+
+def training_lines(
+    lines: Sequence[Line], teachers: Sequence[Any] = (), toxic_repeat: int = 2
+) -> list[tuple[str, tuple[float, ...]]]:
+    """The train split as (text, target); rude lines repeated, they are scarce in real text.
+
+    With teachers, the benign pools' targets are distilled (`distilled`) and, in the capped
+    pools, lines past the cap are kept only when the teachers agree they are rude (a target of
+    at least MINED_AT on a label that can act): real abuse that the generator never wrote.
+    """
+    train = [ln for ln in lines if ln.split == "train"]
+    targets = [ln.target for ln in train]
+    within_cap = set(range(len(train)))
+    for name, caps in CAPS.items():
+        mine = sorted(
+            (i for i, ln in enumerate(train) if ln.source == name),
+            key=lambda i: _unit(train[i].text + "\0cap"),
+        )
+        within_cap -= set(mine[caps["train"] :])
+    if teachers:
+        idx = [i for i, ln in enumerate(train) if ln.source in BENIGN]
+        soft = distilled([train[i].text for i in idx], teachers)
+        for row, i in enumerate(idx):
+            targets[i] = tuple(round(float(v), 4) for v in soft[row])
+    out = []
+    for i, ln in enumerate(train):
+        rude = ln.toxic or max(targets[i][j] for j in _ACTING) >= MINED_AT
+        if i in within_cap or (teachers and rude):
+            out += [(ln.text, targets[i])] * (toxic_repeat if rude else 1)
+    return out
