@@ -31,7 +31,11 @@ def _build(args: argparse.Namespace) -> int:
     _say("[1/5] real text: reading the pinned source archives (downloaded once, no deps)")
     real = realdata.load(all_train=True)
     _say("  distilling: the teachers label the unlabelled real lines (models/teachers.py)")
-    real_train = realdata.training_lines(real, teachers.load_all())
+    counts: dict[str, dict[str, int]] = {}
+    real_train = realdata.training_lines(real, teachers.load_all(), counts=counts)
+    contextual = realdata.in_context(real)
+    real_train += contextual
+    counts["templates_in_real_messages"] = {"lines": len(contextual), "rude": len(contextual)}
     files = f"{corpus.TRAIN_FILE.name} + {len(real_train)} real lines"
     _say(f"[2/5] training ({files})")
     result = train.train(real_train, progress=_say)
@@ -82,6 +86,7 @@ def _build(args: argparse.Namespace) -> int:
                 "seconds": result.seconds,
                 "n_train": result.n_train,
                 "n_real": result.n_real,
+                "real_by_source": counts,
                 "n_heldout": result.n_heldout,
                 "seed": train.SEED,
                 "threads": train.THREADS,

@@ -12,11 +12,11 @@ from models import corpus, identity, realdata, sources
 DATA_FILE = Path(__file__).resolve().parent / "DATA.md"
 
 USE = {
-    "chat": "train, dev (thresholds), test",
-    "sms_ham": "train, dev (thresholds), test",
-    "tweets": "train, dev (thresholds), test",
-    "movie_dialog": "train; dev and test reported, not used for thresholds",
-    "questions": "train; dev and test reported, not used for thresholds",
+    "chat": "train (distilled), dev (thresholds), test",
+    "sms_ham": "train (distilled), dev (thresholds), test",
+    "tweets": "train (distilled), dev (thresholds), test",
+    "movie_dialog": "train (distilled); dev and test reported, not used for thresholds",
+    "questions": "train (distilled); dev and test reported, not used for thresholds",
     "rtp_scored": "train (Perspective scores as soft targets), dev (recall), test",
     "insults": "dev (recall) and test only: never trained on (terms not stated)",
 }
@@ -45,7 +45,11 @@ DROPPED = (
 )
 
 
-def render(lines: Sequence[realdata.Line], teachers: Mapping[str, Mapping[str, str]]) -> str:
+def render(
+    lines: Sequence[realdata.Line],
+    teachers: Mapping[str, Mapping[str, str]],
+    trained: Mapping[str, Mapping[str, int]],
+) -> str:
     """DATA.md text: real sources with their splits, teachers, our own data, dropped sources."""
     counts = Counter((ln.source, ln.split) for ln in lines)
     toxic = Counter((ln.source, ln.split) for ln in lines if ln.toxic)
@@ -66,8 +70,8 @@ def render(lines: Sequence[realdata.Line], teachers: Mapping[str, Mapping[str, s
         "## Real text",
         "",
         "| source | package | archive (sha256) | path in archive | licence | lines train / dev /"
-        " test (toxic) | use | what | from |",
-        "|---|---|---|---|---|---|---|---|---|",
+        " test (toxic) | trained on (rude) | use | what | from |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in realdata.BENIGN + realdata.TOXIC:
         s = sources.SOURCES[name]
@@ -82,6 +86,7 @@ def render(lines: Sequence[realdata.Line], teachers: Mapping[str, Mapping[str, s
             "<br>".join(f"`{m}`" for m in s.members),
             s.licence,
             split_cells,
+            _trained(trained.get(name)),
             USE.get(name, ""),
             s.description,
             s.provenance,
@@ -90,15 +95,26 @@ def render(lines: Sequence[realdata.Line], teachers: Mapping[str, Mapping[str, s
     caps = ", ".join(
         f"`{n}` {c['train']:,} / {c['dev']:,} / {c['test']:,}" for n, c in realdata.CAPS.items()
     )
+    ctx = trained.get("templates_in_real_messages", {}).get("lines", 0)
     out += [
         "",
-        f"The two large pools are capped per split ({caps}, chosen by the same hash); the rest"
-        " of them is unused. The benign pools are unlabelled real conversation: their training"
-        " target is 0 on every label except `obscene`, which follows the template corpus's"
-        " vulgar-word rule. `rtp_scored` lines train on the Perspective API scores shipped with"
-        " them (distillation from a model trained on real comments).",
+        f"The two large pools are capped per split ({caps}, chosen by the same hash). The"
+        " teachers label the train split of every benign pool (distillation, `realdata.py`"
+        " `distilled`): a hostile label's target is the product of the Jigsaw BiLSTM's score and"
+        " alt-profanity-check's, so a line only one teacher finds rude gets a low target;"
+        " `toxicity` follows the hostile labels (both teachers call swearing toxic, our labels do"
+        " not) and `obscene` follows the template corpus's vulgar-word rule. Past the cap, a"
+        " line is trained on only when the teachers agree it is rude (a target >= 0.5): real"
+        " abuse the generator never wrote. 'Trained on' counts lines once; rude ones are seen"
+        " twice per epoch. `rtp_scored` lines train on the Perspective API scores shipped with"
+        f" them. {ctx:,} more lines set a toxic template line inside a real benign message of"
+        " the train split (`in_context`), so that an insult inside a long message is still an"
+        " insult.",
         "",
-        "## Teachers (real-comment classifiers reported side by side; not used for training)",
+        "## Teachers (classifiers trained on real comments)",
+        "",
+        "`jigsaw_bilstm` and `profanity_check` label the benign pools for training; all three"
+        " are reported side by side with our model in `REPORT.md`.",
         "",
         "| teacher | package | trained on, licence, how it runs here |",
         "|---|---|---|",
@@ -131,6 +147,14 @@ def _rows(path: Path) -> int:
     return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
 
 
-def write(teachers: Mapping[str, Mapping[str, Any]], path: Path = DATA_FILE) -> None:
-    """Regenerate DATA.md from the sources as loaded now."""
-    path.write_text(render(realdata.load(), teachers))
+def _trained(c: Mapping[str, int] | None) -> str:
+    return f"{c['lines']:,} ({c['rude']:,})" if c else "0"
+
+
+def write(
+    teachers: Mapping[str, Mapping[str, Any]],
+    trained: Mapping[str, Mapping[str, int]],
+    path: Path = DATA_FILE,
+) -> None:
+    """Regenerate DATA.md from the sources as loaded now and the build's training counts."""
+    path.write_text(render(realdata.load(), teachers, trained))

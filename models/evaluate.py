@@ -346,5 +346,9 @@ def run(model_dir: Path, report: Path = REPORT_FILE, latency_runs: int = 40) -> 
     metrics = evaluate(model_dir, latency_runs=latency_runs)
     manifest = update_manifest(model_dir, metrics)
     report.write_text(render_report(manifest, metrics))
-    datasheet.write(metrics["real"]["teachers"], report.with_name(datasheet.DATA_FILE.name))
+    datasheet.write(
+        metrics["real"]["teachers"],
+        manifest.get("training", {}).get("real_by_source", {}),
+        report.with_name(datasheet.DATA_FILE.name),
+    )
     return metrics

@@ -198,9 +198,14 @@ def distilled(texts: Sequence[str], teachers: Sequence[Any]) -> npt.NDArray[np.f
 
 
 def training_lines(
-    lines: Sequence[Line], teachers: Sequence[Any] = (), toxic_repeat: int = 2
+    lines: Sequence[Line],
+    teachers: Sequence[Any] = (),
+    toxic_repeat: int = 2,
+    counts: dict[str, dict[str, int]] | None = None,
 ) -> list[tuple[str, tuple[float, ...]]]:
     """The train split as (text, target); rude lines repeated, they are scarce in real text.
+
+    `counts`, when given, receives per source the lines kept and how many of them are rude.
 
     With teachers, the benign pools' targets are distilled (`distilled`) and, in the capped
     pools, lines past the cap are kept only when the teachers agree they are rude (a target of
@@ -225,4 +230,40 @@ def training_lines(
         rude = ln.toxic or max(targets[i][j] for j in _ACTING) >= MINED_AT
         if i in within_cap or (teachers and rude):
             out += [(ln.text, targets[i])] * (toxic_repeat if rude else 1)
+            if counts is not None:
+                c = counts.setdefault(ln.source, {"lines": 0, "rude": 0})
+                c["lines"] += 1
+                c["rude"] += rude
+    return out
+
+
+def in_context(
+    lines: Sequence[Line], n: int = 5000, seed: int = 20261123
+) -> list[tuple[str, tuple[float, ...]]]:
+    """Toxic template lines set inside real benign messages, keeping the toxic line's labels.
+
+    Real abuse often sits inside a longer message ("Get a clue, moron." after two sentences of
+    argument). Trained only on short toxic templates and long benign real text, the model
+    learns that length means benign, and mean pooling dilutes the insult; these lines teach
+    that an insult is an insult wherever it sits.
+    """
+    import random
+
+    rng = random.Random(seed)
+    toxic = [
+        (text, labels)
+        for text, labels in corpus.read_tsv(corpus.TRAIN_FILE)
+        if set(labels) - {"obscene"}
+    ]
+    hosts = [
+        ln.text
+        for ln in lines
+        if ln.split == "train" and ln.source in (*CHAT_LIKE, "movie_dialog") and len(ln.text) > 20
+    ]
+    out = []
+    for text, labels in rng.sample(toxic, min(n, len(toxic))):
+        host = rng.choice(hosts)
+        joined = f"{host} {text}" if rng.random() < 0.5 else f"{text} {host}"
+        found = set(labels) | ({"obscene"} if _obscene(host) else set())
+        out.append((joined, tuple(1.0 if lb in found else 0.0 for lb in corpus.LABELS)))
     return out

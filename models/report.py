@@ -8,48 +8,37 @@ from typing import Any
 from models.evaluate import LATENCY_LENGTHS, LATENCY_THREADS
 
 NOTES = (
-    "- **The corpus is synthetic** (templates and word lists in `models/templates.py`). Held-out"
-    " figures measure generalisation to new templates and new words of the same generator, not"
-    " to real chat; the unseen-chat table is the closer check, and it is small (46 lines). Treat"
-    " every figure here as optimistic for real traffic.",
-    "- The model still leans on words more than on intent. On the unseen set, a stereotype"
-    " without a hostile word ('women belong in the kitchen not in ranked') passes, indirect"
-    " self-harm urging ('the rope is waiting for you') passes and ('go swallow a bottle of"
-    " pills') only nudges, an insult phrased as a superlative ('the most braindead player i've"
-    " ever queued with') passes, a crude sexual line without a vulgar word ('bang the"
-    " streamer') passes, and a game line ('blast anyone who comes through the door') is"
-    " blocked; on the dev set a game line with 'kill everyone' is still blocked. Lines like"
-    " these, far from the corpus, swing widely between trainings (the short-lines batch moved"
-    " three of them by more than 0.5 in score), so the 46-line unseen table is a noisy figure."
-    " The template batches counter such shortcuts; they reduce, not remove them.",
-    "- Short benign lines (single words, emotes, game callouts, greetings) were flagged by"
-    " earlier models: a short unfamiliar line read as toxic because the toxic short lists were"
-    " dense and the benign ones sparse. The third template batch (`short_benign` plus contrast"
-    " templates in `short`) addresses it; `unseen_short.tsv` is the check. Its emotes and"
-    " slang are a snapshot: new emotes will look unfamiliar again.",
-    "- **The load generator's corpus (`loadgen/corpus/`) is no longer fully independent for"
-    " false-positive figures.** The symptom lines that motivated the short-lines batch ('go A',"
-    " 'poggers', 'night all', 'clip it', 'sadge', 'big brain', 'guten abend', 'LETS GOOO',"
-    " 'welcome back', ...) came from it, and several of them, or near paraphrases, are now in"
-    " the word lists. A benign flag rate measured on that corpus is optimistic from this model"
-    " on; `unseen_short.tsv` and `unseen_chat.tsv` are the independent checks.",
-    "- Per-action F1 for `nudge` is structurally low: gold actions come from 0/1 labels, so every"
-    " insult's gold action is `block` (1.0 >= 0.9) while a calibrated model often scores insults"
-    " between 0.5 and 0.9 (`nudge`). The flagged row (nudge or block vs allow) is the figure to"
-    " read for 'did it act'.",
-    "- `obscene` is lexical by construction and never acts alone; `severe_toxicity` is assigned"
-    " to whole template families (urging self-harm, dehumanising or violent identity attacks,"
-    " graphic threats), so it is coarse. `sexual_explicit` has the fewest lines and the lowest"
-    " recall.",
-    "- Real self-harm ideation (someone saying they want to hurt themselves) is not in the corpus:"
-    " `self_harm` means urging someone else; jokey 'kms this lag' is labelled benign.",
-    "- int8 vs fp32: F1 is unchanged within noise, but a few percent of held-out lines change"
-    " action; they are lines whose scores sit near a threshold (mean score difference < 0.01)."
-    " Per-channel weights halve the disagreement of per-tensor ones (see the trials line).",
+    "- **Read the real-text section first.** The synthetic held-out split measures"
+    " generalisation to new templates and new words of the same generator, not to real chat;"
+    " the unseen-chat tables are small hand-written checks (about 50 lines each), noisy from one"
+    " training to the next.",
+    "- The benign pools are unlabelled real conversation (and film dialogue, which is ruder"
+    " than chat). Every flag on them counts as a false positive, including the lines that are"
+    " in fact rude: read the table of surest false positives before trusting the rate either"
+    " way.",
+    "- The default policy's thresholds are tuned for this model on the real dev split and"
+    " ship with it (`moderator/default_policy.toml`). A platform that tolerates more nudges"
+    " can lower them: the AUC row says how much more the model would catch.",
+    "- The insult comments (forum and news comments, 2012) are never trained on. Their insults"
+    " sit inside long arguments; compare the flag rate with the teachers at equal benign flag"
+    " rates, not only at each one's own threshold: the teachers flag four to five times more of"
+    " the benign chat.",
+    "- No real labelled text covers `self_harm`, and real `sexual_explicit` and `threat` lines"
+    " are few (toxic web snippets only): those labels rest on the template corpus. The family"
+    " rows with a dozen lines are noisy.",
+    "- The identity probe is written in this project's voice; it checks the words, not every"
+    " way people speak about themselves or attack others.",
+    "- `obscene` is lexical by construction and never acts alone; `severe_toxicity` is coarse"
+    " (whole template families, and the Perspective score on the web snippets).",
+    "- The load generator's corpus (`loadgen/corpus/`) is not independent for false-positive"
+    " figures: lines from it shaped the template word lists. The real test splits are.",
+    "- int8 vs fp32: a few percent of lines change action; they are lines whose scores sit near"
+    " a threshold. Per-channel weights halve the disagreement of per-tensor ones (see the"
+    " trials line).",
     "- Training is seeded with a fixed thread count (2), but bit-identical weights across"
     " machines are not guaranteed (oneDNN kernels differ by CPU); the build re-evaluates"
     " whatever it produced, so the report always matches the model it sits next to.",
-    "- Latency was measured on a shared 2-core machine while other benchmarks ran; compare rows"
+    "- Latency was measured on a shared 2-core machine while other work ran; compare rows"
     " of one run (int8 vs fp32, 1 vs 2 threads), not absolute values across runs.",
 )
 
@@ -279,24 +268,33 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
     teachers = [n for n in sc if n not in ("int8", "fp32")]
     flag = ours["benign"]["chat-like"]["flagged"]
     block = ours["benign"]["chat-like"]["blocked"]
-    recall = ours["toxic"]["all"]["flagged"]
+    # "Real toxic text" is the toxic web snippets (Perspective toxicity >= 0.5), as in the
+    # measurement that opened this work; the insult comments are judged by F1 and AUC below.
+    recall = ours["toxic"]["rtp_scored"]["flagged"]
     best_t_flag = min(sc[t]["benign"]["chat-like"]["flagged"] for t in teachers)
-    best_t_recall = max(sc[t]["toxic"]["all"]["flagged"] for t in teachers)
+    best_t_recall = max(sc[t]["toxic"]["rtp_scored"]["flagged"] for t in teachers)
+    ins_f1 = ours["insults"]["flag_f1"]
+    best_t_f1 = max(sc[t]["insults"]["flag_f1"] for t in teachers)
     ident = real["identity"]["int8"]
     f32 = sc.get("fp32")
     rows = [
         ("benign chat-like flagged <= 1%", _pct(flag), flag <= 0.01),
         ("benign chat-like blocked <= 0.2%", _pct(block), block <= 0.002),
-        ("real toxic flagged >= 80%", _pct(recall), recall >= 0.8),
+        ("real toxic web snippets (rtp_scored) flagged >= 80%", _pct(recall), recall >= 0.8),
         (
             "benign flagged below every teacher",
             f"{_pct(flag)} vs best teacher {_pct(best_t_flag)}",
             flag < best_t_flag,
         ),
         (
-            "toxic flagged above every teacher",
+            "toxic web snippets flagged above every teacher",
             f"{_pct(recall)} vs best teacher {_pct(best_t_recall)}",
             recall > best_t_recall,
+        ),
+        (
+            "insult comments: flag F1 above every teacher (reported, not a target)",
+            f"{ins_f1:.3f} vs best teacher {best_t_f1:.3f}",
+            ins_f1 > best_t_f1,
         ),
         (
             "identity probe: benign flagged <= 2% for every term",
@@ -313,12 +311,13 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
         deltas = [
             abs(ours["benign"]["chat-like"]["flagged"] - f32["benign"]["chat-like"]["flagged"]),
             abs(ours["benign"]["chat-like"]["blocked"] - f32["benign"]["chat-like"]["blocked"]),
-            abs(ours["toxic"]["all"]["flagged"] - f32["toxic"]["all"]["flagged"]),
+            abs(ours["toxic"]["rtp_scored"]["flagged"] - f32["toxic"]["rtp_scored"]["flagged"]),
+            abs(ours["toxic"]["insults"]["flagged"] - f32["toxic"]["insults"]["flagged"]),
         ]
         worst = max(deltas)
         rows.append(
             (
-                "int8 within 1 point of fp32 (benign flagged, blocked, toxic flagged)",
+                "int8 within 1 point of fp32 (benign flagged, blocked, each toxic set flagged)",
                 f"largest gap {100 * worst:.2f} points",
                 worst <= 0.01,
             )

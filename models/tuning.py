@@ -15,7 +15,7 @@ from typing import Any
 
 from models import onnx_export, realdata, realtext
 
-MAX_FLAG = 0.006
+MAX_FLAG = 0.008
 MAX_BLOCK = 0.001
 POLICY_FILE = Path(__file__).resolve().parent.parent / "moderator" / "default_policy.toml"
 

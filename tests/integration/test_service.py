@@ -12,6 +12,7 @@ import pytest
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.embedded import EmbeddedRedis
+from moderator.policy import Policy
 from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
@@ -84,7 +85,7 @@ async def test_n_messages_in_n_valid_decisions_out(
         assert_decision_schema(decision, classifier.labels)
         assert record.key == decision["channel_id"].encode()
     assert decisions["m-0"]["model"] == classifier.info.ident
-    assert decisions["m-0"]["policy"] == "default@1"
+    assert decisions["m-0"]["policy"] == Policy.load().ident
 
     # Decisions of one partition leave in input order.
     by_partition: dict[int, list[int]] = {}

@@ -10,12 +10,22 @@ from moderator.policy import Policy
 
 
 def test_the_default_policy_blocks_threats_and_lets_profanity_pass() -> None:
+    # The thresholds are tuned for the shipped model (models/tuning.py); the shape is fixed.
     policy = Policy.load()
-    assert policy.ident == "default@1"
-    assert policy.decide({"threat": 0.9, "toxicity": 0.9}) == ("block", "threat")
-    assert policy.decide({"insult": 0.6}) == ("nudge", "insult")
-    assert policy.decide({"insult": 0.95}) == ("block", "insult")
-    assert policy.decide({"obscene": 0.99}) == ("allow", None)
+    assert policy.ident.startswith("default@")
+    rules = {r.label: r for r in policy.rules}
+    threat, insult = rules["threat"].block, rules["insult"]
+    assert threat is not None
+    assert insult.nudge is not None
+    assert insult.block is not None
+    assert insult.nudge < insult.block
+    assert policy.decide({"threat": threat, "toxicity": 0.0}) == ("block", "threat")
+    assert policy.decide({"insult": insult.nudge}) == ("nudge", "insult")
+    below = {"insult": insult.nudge - 0.001}
+    assert policy.decide(below) == ("allow", None)
+    assert policy.decide({"insult": insult.block}) == ("block", "insult")
+    assert "obscene" not in rules
+    assert policy.decide({"obscene": 1.0}) == ("allow", None)
     assert policy.decide({}) == ("allow", None)
 
 
@@ -63,7 +73,7 @@ def test_labels_the_model_lacks_are_reported(caplog: pytest.LogCaptureFixture) -
 
 def test_a_tie_goes_to_the_label_listed_first() -> None:
     # "kys" saturates both; the more specific label is listed first in the default policy.
-    assert Policy.load().decide({"severe_toxicity": 0.999, "self_harm": 0.996}) == (
+    assert Policy.load().decide({"severe_toxicity": 1.0, "self_harm": 0.999}) == (
         "block",
         "self_harm",
     )
