@@ -129,7 +129,9 @@ async def test_moderates_over_tls_with_a_password_protected_tls_redis(
                                 until=distinct_ids(40))  # fmt: skip
     decisions = decisions_by_id(records)
     assert set(decisions) == {f"m-{i}" for i in range(40)}
-    assert {d["action"] for d in decisions.values()} >= {"allow", "block"}
+    actions = {d["action"] for d in decisions.values()}
+    assert "allow" in actions
+    assert actions & {"nudge", "block"}, "the insult was acted on"
     assert verdict_keys(tls_settings.redis_url) >= keys_before + 4, "verdicts written over TLS"
 
 
