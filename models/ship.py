@@ -145,6 +145,32 @@ def metric_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[st
     return [(key, a[key], b[key]) for key in sorted(a.keys() & b.keys())]
 
 
+# The figures a reviewer reads first; the manifest holds hundreds (per term, per family, ...).
+HEADLINE = (
+    "size_mb.int8",
+    "int8.label_macro_f1",
+    "int8.actions.flagged.f1",
+    "int8.actions.benign_flag_rate",
+    "int8.actions.benign_block_rate",
+    "int8_vs_fp32.action_agreement",
+    "real.scorers.int8.benign.chat-like.",
+    "real.scorers.int8.toxic.",
+    "real.scorers.int8.insults.",
+    "real.scorers.int8.auc",
+    "real.identity.int8.benign_flagged",
+    "real.identity.int8.hostile_caught",
+    "real.identity.int8.worst_term",
+)
+
+
+def headline(rows: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """The HEADLINE rows (line counts dropped), or every row when none of them is there."""
+    picked = [
+        r for r in rows if r[0].startswith(HEADLINE) and not r[0].endswith((".lines", "support"))
+    ]
+    return picked or list(rows)
+
+
 def read_lines(path: Path, limit: int | None = None) -> list[str]:
     """The text column of a TSV (first field), blank lines skipped, at most `limit` lines."""
     texts = []
@@ -315,7 +341,7 @@ def _run(
         say(f"  the shipped model is broken ({exc}): not compared")
         comparable = False
     if old is not None and comparable:
-        for line in render_metrics(metric_rows(old.manifest, new.manifest)):
+        for line in render_metrics(headline(metric_rows(old.manifest, new.manifest))):
             say(line)
         texts = read_lines(lines_file, limit)
         agreement = compare_scores(dst, src, texts, Policy.load())

@@ -169,3 +169,17 @@ def test_read_lines_takes_the_text_column(tmp_path: Path, limit: int | None) -> 
     texts = ship.read_lines(lines_file(tmp_path), limit)
     assert texts[:2] == ["gg wp", "you are trash"]
     assert len(texts) == (6 if limit is None else 2)
+
+
+def test_headline_keeps_the_figures_a_reviewer_reads_first() -> None:
+    rows = [
+        ("int8.actions.flagged.f1", 0.8, 0.9),
+        ("real.scorers.int8.toxic.all.flagged", 0.5, 0.7),
+        ("real.scorers.int8.toxic.all.lines", 10.0, 10.0),
+        ("real.identity.int8.per_term.gay.benign_flagged", 0.0, 0.1),
+    ]
+    assert [r[0] for r in ship.headline(rows)] == [
+        "int8.actions.flagged.f1",
+        "real.scorers.int8.toxic.all.flagged",
+    ]
+    assert ship.headline([("a.f1", 0.5, 0.6)]) == [("a.f1", 0.5, 0.6)]
