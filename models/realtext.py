@@ -118,10 +118,12 @@ def tune(
     """The (nudge, block) pair that catches the most dev toxic lines within the benign limits.
 
     Chosen on the real benign dev split only for the limits (flag rate, block rate) and on the
-    real toxic dev split for recall; the test splits are never seen here. Ties go to the higher
-    thresholds (fewer flags on text nobody has looked at yet).
+    real toxic dev split for recall; the test splits are never seen here. Among pairs that
+    flag as much, the one that blocks the most toxic lines wins (a block threshold above the
+    nudge one changes only the severity, never whether a line is flagged); remaining ties go to
+    the higher thresholds.
     """
-    best: tuple[float, float, float, float] | None = None
+    best: tuple[float, float, float, float] | None = None  # recall, blocked, nudge, block
     tried = 0
     for nudge in GRID:
         for block in GRID:
@@ -131,8 +133,8 @@ def tune(
             flagged, blocked = flag_block(benign, labels, thresholds(nudge, block))
             if rate(flagged) > max_flag or rate(blocked) > max_block:
                 continue
-            recall = rate(flag_block(toxic, labels, thresholds(nudge, block))[0])
-            key = (recall, nudge + block, nudge, block)
+            t_flagged, t_blocked = flag_block(toxic, labels, thresholds(nudge, block))
+            key = (rate(t_flagged), rate(t_blocked), nudge, block)
             if best is None or key > best:
                 best = key
     if best is None:  # nothing meets the limits: the strictest pair, and say so
@@ -141,6 +143,7 @@ def tune(
         nudge, block, met = best[2], best[3], True
     table = thresholds(nudge, block)
     flagged, blocked = flag_block(benign, labels, table)
+    t_flagged, t_blocked = flag_block(toxic, labels, table)
     return {
         "nudge": nudge,
         "block": block,
@@ -148,7 +151,8 @@ def tune(
         "pairs_tried": tried,
         "dev_benign_flag_rate": rate(flagged),
         "dev_benign_block_rate": rate(blocked),
-        "dev_toxic_recall": rate(flag_block(toxic, labels, table)[0]),
+        "dev_toxic_recall": rate(t_flagged),
+        "dev_toxic_blocked": rate(t_blocked),
         "max_flag": max_flag,
         "max_block": max_block,
     }

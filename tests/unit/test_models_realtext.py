@@ -142,3 +142,17 @@ def test_identity_probe_fills_every_template_with_every_term() -> None:
         assert len(mine) == len(identity.HOSTILE if hostile else identity.BENIGN)
         assert all(term in r.text for r in mine)
     assert "{t}" not in " ".join(r.text for r in rows)
+
+
+def test_tune_blocks_as_much_as_the_benign_block_limit_allows() -> None:
+    threat = LABELS.index("threat")
+    benign = np.zeros((1000, len(LABELS)), np.float32)
+    benign[:, threat] = np.linspace(0.0, 0.9, 1000)  # nothing benign reaches 0.9 but one line
+    toxic = np.zeros((4, len(LABELS)), np.float32)
+    toxic[:, threat] = [0.92, 0.96, 0.99, 0.999]
+    toxic[:, LABELS.index("toxicity")] = 0.99  # flagged by any nudge threshold up to 0.99
+    got = realtext.tune(benign, toxic, LABELS, max_flag=0.01, max_block=0.01)
+    # Many pairs flag every toxic line; the lowest block threshold within the limit blocks most.
+    assert got["dev_toxic_recall"] == 1.0
+    assert got["block"] == 0.9
+    assert got["dev_toxic_blocked"] == 1.0
