@@ -1,4 +1,4 @@
-"""Inbound, outbound and dead-letter record formats (DESIGN.md, "Topics and records")."""
+"""Inbound, outbound and dead-letter record formats (documented in the README)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def encode_decision(
     decided_at_ms: int,
     over_budget: bool,
 ) -> bytes:
-    """The outbound decision record (DESIGN.md schema plus `over_budget`)."""
+    """The outbound decision record (the documented schema plus `over_budget`)."""
     return orjson.dumps(
         {
             "message_id": msg.message_id,

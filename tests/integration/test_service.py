@@ -33,7 +33,7 @@ TEXTS = [
 
 
 def assert_decision_schema(d: dict[str, Any], labels: tuple[str, ...]) -> None:
-    """DESIGN.md's outbound schema, field by field."""
+    """The outbound decision schema, field by field."""
     assert set(d) == {
         "message_id", "channel_id", "user_id", "action", "reason", "scores", "model", "policy",
         "cached", "degraded", "latency_ms", "over_budget", "decided_at_ms",
