@@ -14,7 +14,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models import corpus, onnx_export
+from models.realtext import Decide
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +31,6 @@ REPORT_FILE = Path(__file__).resolve().parent / "REPORT.md"
 ACTIONS = ("allow", "nudge", "block")
 LATENCY_LENGTHS = (8, 16, 32, 64, 128)
 LATENCY_THREADS = (1, 2)
-
-Decide = Callable[[Mapping[str, float]], tuple[str, str | None]]
 
 
 def load_policy() -> tuple[Decide, str]:
@@ -246,11 +245,12 @@ def evaluate_real(
             return realtext.batch_scores(sess, tok, texts)
 
         scorers[kind] = realeval.model_scorer(score, labels, decide)
-    for teacher in teachers.load_all():
+    loaded = teachers.load_all()
+    for teacher in loaded:
         scorers[teacher.name] = realeval.teacher_scorer(teacher)
     result = realeval.run(scorers, with_worst=("int8",))
     result["teachers"] = {
-        t.name: {"version": t.version, "provenance": t.provenance} for t in teachers.load_all()
+        t.name: {"version": t.version, "provenance": t.provenance} for t in loaded
     }
     return result
 

@@ -23,6 +23,7 @@ false positive, so they are, if anything, pessimistic.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -140,8 +141,14 @@ def load(cache: Path = sources.DEFAULT_CACHE, *, all_train: bool = False) -> lis
     """Every real line of every source used, with split and target; capped pools trimmed.
 
     `all_train` keeps the whole train split of the capped pools, so that distillation can mine
-    the rare rude lines beyond the cap (see `training_lines`).
+    the rare rude lines beyond the cap (see `training_lines`). Read once per process: tuning,
+    evaluation and DATA.md all need the same lines, and reading them takes seconds.
     """
+    return list(_load(cache, all_train))
+
+
+@functools.cache
+def _load(cache: Path, all_train: bool) -> tuple[Line, ...]:
     lines: list[Line] = []
     for name in BENIGN:
         pool = _benign(name, _texts(sources.LOADERS[name], cache))
@@ -163,7 +170,7 @@ def load(cache: Path = sources.DEFAULT_CACHE, *, all_train: bool = False) -> lis
         if key not in seen:
             seen.add(key)
             unique.append(line)
-    return unique
+    return tuple(unique)
 
 
 def select(lines: Sequence[Line], split: str, names: Sequence[str]) -> list[Line]:

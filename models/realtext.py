@@ -47,11 +47,6 @@ def batch_scores(sess: Any, tok: Any, texts: Sequence[str], batch: int = 32) -> 
     return out if out is not None else np.zeros((0, n_labels), dtype=np.float32)
 
 
-def actions(decide: Decide, matrix: Matrix, labels: Sequence[str]) -> list[str]:
-    """The policy's action for every row of a score matrix."""
-    return [decide(dict(zip(labels, map(float, row), strict=True)))[0] for row in matrix]
-
-
 def auc(positive: npt.NDArray[Any], negative: npt.NDArray[Any]) -> float:
     """Area under the ROC curve: P(score of a random positive > a random negative), ties 1/2."""
     if len(positive) == 0 or len(negative) == 0:

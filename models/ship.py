@@ -18,7 +18,6 @@ Needs only the runtime (onnxruntime, tokenizers): no torch.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from models.onnx_export import sha256_file
 from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
 from moderator.errors import ModeratorError
@@ -114,14 +114,6 @@ def check_complete(model_dir: Path) -> ModelSide:
             f"{side.sha256[:12]}…"
         )
     return side
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def flatten_numbers(value: Any, prefix: str = "") -> dict[str, float]:

@@ -18,7 +18,6 @@ keeping the first occurrence, so their output order is the archive's order.
 from __future__ import annotations
 
 import csv
-import hashlib
 import html
 import io
 import json
@@ -31,6 +30,8 @@ import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from models.onnx_export import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +99,6 @@ def _find_archive(package: str, version: str, cache_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 _VERIFIED: set[tuple[str, int, int, str]] = set()
 
 
@@ -143,7 +136,7 @@ def fetch(package: str, version: str, cache_dir: Path, sha256: str | None = None
         stat = archive.stat()
         key = (str(archive), stat.st_size, stat.st_mtime_ns, sha256)
         if key not in _VERIFIED:
-            actual = sha256_of(archive)
+            actual = sha256_file(archive)
             if actual != sha256:
                 raise ValueError(f"{archive.name}: sha256 {actual}, expected {sha256}")
             _VERIFIED.add(key)

