@@ -76,28 +76,29 @@ def render_policy(table: dict[str, dict[str, float]], header: str, version: int)
     return "\n".join(lines) + "\n"
 
 
-def _current_version(path: Path) -> int:
-    import tomllib
+def _current(path: Path) -> tuple[int, dict[str, dict[str, float]]]:
+    """(version, thresholds) of the policy file as it stands; (0, {}) when there is none."""
+    from moderator.errors import PolicyError
+    from moderator.policy import Policy
 
     try:
-        return int(tomllib.loads(path.read_text())["version"])
-    except (OSError, KeyError, ValueError):
-        return 0
+        policy = Policy.load(path)
+    except PolicyError:
+        return 0, {}
+    table = {
+        r.label: {k: v for k, v in (("nudge", r.nudge), ("block", r.block)) if v is not None}
+        for r in policy.rules
+    }
+    return int(policy.version), table
 
 
 def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dict[str, Any]:
     """Tune, write the policy file (version bumped if the thresholds changed), and return why."""
-    import tomllib
-
     benign, toxic, labels = dev_scores(model_dir)
     result = realtext.tune(benign, toxic, labels, max_flag=MAX_FLAG, max_block=MAX_BLOCK)
     table = realtext.thresholds(result["nudge"], result["block"])
     manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
-    version = _current_version(policy_file)
-    try:
-        old = tomllib.loads(policy_file.read_text()).get("labels", {})
-    except OSError:
-        old = {}
+    version, old = _current(policy_file)
     if old != table:
         version += 1
     header = HEADER.format(
