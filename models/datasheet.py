@@ -96,6 +96,7 @@ def render(
         f"`{n}` {c['train']:,} / {c['dev']:,} / {c['test']:,}" for n, c in realdata.CAPS.items()
     )
     ctx = trained.get("templates_in_real_messages", {}).get("lines", 0)
+    counterparts = trained.get("identity_counterparts", {}).get("lines", 0)
     out += [
         "",
         f"The two large pools are capped per split ({caps}, chosen by the same hash). The"
@@ -105,7 +106,11 @@ def render(
         " `toxicity` follows the hostile labels (both teachers call swearing toxic, our labels do"
         " not) and `obscene` follows the template corpus's vulgar-word rule. Past the cap, a"
         " line is trained on only when the teachers agree it is rude (a target >= 0.5): real"
-        " abuse the generator never wrote. 'Trained on' counts lines once; rude ones are seen"
+        " abuse the generator never wrote. Film lines in which the Jigsaw BiLSTM hears a threat"
+        f" (threat >= {realdata.FILM_THREAT_AT}) and that are not mined as rude are left out:"
+        " the teachers score a film's threats low, and a threat learnt as an ordinary line"
+        " teaches the model that threats without swear words are chat."
+        " 'Trained on' counts lines once; rude ones are seen"
         " twice per epoch. `rtp_scored` lines train on the Perspective API scores shipped with"
         f" them. {ctx:,} more lines set a toxic template line inside a real benign message of"
         " the train split (`in_context`), so that an insult inside a long message is still an"
@@ -131,6 +136,10 @@ def render(
         " `models/corpus.py`.",
         "- `models/data/unseen_chat.tsv`, `unseen_short.tsv`, `unseen_dev.tsv`: hand-written"
         " check lines, report only.",
+        f"- `models/balance.py`: {counterparts:,} benign sentences in the frames the hostile"
+        ' identity templates use ("being {group} is ...", "{group} are ..."), filled from'
+        " the training word lists, never equal to a probe sentence; train only (Dixon et al."
+        " 2018's mitigation: identity terms stop being evidence of an attack).",
         f"- `models/identity.py`: the identity-term probe ({len(identity.TERMS)} terms x"
         f" {len(identity.BENIGN)} benign and {len(identity.HOSTILE)} hostile templates),"
         " report only.",
