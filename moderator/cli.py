@@ -20,8 +20,7 @@ from moderator.classifier import Classifier, ModelInfo
 from moderator.config import DEFAULT_MODEL_DIR, Settings, add_setting_flags, settings_from_args
 from moderator.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
 from moderator.errors import ModeratorError
-from moderator.pipeline import EMPTY_TEXT_REASON
-from moderator.policy import Policy
+from moderator.policy import EMPTY_TEXT, Policy
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
@@ -236,14 +235,9 @@ def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: I
     for row in rows:
         if "error" not in row:
             row_scores = by_index.get(text_index)
-            reason: str | None
-            if row_scores is None:
-                named: dict[str, float] = {}
-                action, reason = "allow", EMPTY_TEXT_REASON
-            else:
-                raw = classifier.as_dict(row_scores)
-                action, reason = policy.decide(raw)
-                named = {k: round(v, 4) for k, v in raw.items()}
+            raw = classifier.as_dict(row_scores) if row_scores is not None else {}
+            action, reason = policy.decide(raw) if row_scores is not None else EMPTY_TEXT
+            named = {k: round(v, 4) for k, v in raw.items()}
             row.update(action=action, reason=reason, scores=named,
                        model=classifier.info.ident, policy=policy.ident)  # fmt: skip
             text_index += 1

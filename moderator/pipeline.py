@@ -19,10 +19,8 @@ from moderator.classifier import Classifier, Scores
 from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
-from moderator.policy import Policy
+from moderator.policy import EMPTY_TEXT, Policy, Verdict
 from moderator.records import ChatMessage, Timing, dlq_headers, encode_decision, parse_message
-
-EMPTY_TEXT_REASON = "empty_text"
 
 
 class InboundRecord(Protocol):
@@ -173,7 +171,7 @@ class Pipeline:
         cached: bool,
         score_s: float,
         queued_s: float | None = None,
-        verdict: tuple[str, str | None] | None = None,
+        verdict: Verdict | None = None,
     ) -> Outcome:
         """The decision for `msg`: from `verdict` when degraded, else the policy on `scores`."""
         named = self.classifier.as_dict(scores) if scores is not None else {}
@@ -182,7 +180,7 @@ class Pipeline:
         elif scores is not None:
             action, reason = self.policy.decide(named)
         else:
-            action, reason = "allow", EMPTY_TEXT_REASON
+            action, reason = EMPTY_TEXT
         total_s = time.perf_counter() - fetched
         if queued_s is None:
             queued_s = total_s - score_s
