@@ -157,8 +157,7 @@ class Moderator:
                 max_request_size=MAX_PRODUCER_REQUEST_BYTES,
                 client_id="moderator",
             )
-            await start_client(producer, s.kafka_options(), "the producer")
-            self._publisher = Publisher(
+            self._publisher = Publisher(  # owns the producer from here on: stops it
                 producer,
                 out_topic=s.out_topic,
                 dlq_topic=s.dlq_topic,
@@ -167,6 +166,7 @@ class Moderator:
                 on_acked=self._acked,
                 on_failure=self._on_task_done,
             )
+            await start_client(producer, s.kafka_options(), "the producer")
             self._consumer = AIOKafkaConsumer(
                 **s.kafka_options(),
                 group_id=s.group_id,
