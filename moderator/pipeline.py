@@ -94,6 +94,7 @@ class Pipeline:
         self.budget_ms = budget_ms
         self.fallback = fallback
         self.model_ident = classifier.info.ident
+        self.model_sha256 = classifier.info.sha256  # what the cache keys on
         self._scoring: dict[bytes, asyncio.Future[Scored]] = {}
 
     def _scored(self, key: bytes, future: asyncio.Future[Scored]) -> None:
@@ -120,7 +121,7 @@ class Pipeline:
         encoded = self.classifier.encode([m.chat.text for m in messages])
         for m, ids in zip(messages, encoded, strict=True):
             if self.classifier.has_content(ids):
-                m.ids, m.key = ids, cache_key(self.model_ident, ids)
+                m.ids, m.key = ids, cache_key(self.model_sha256, ids)
             else:  # empty after normalisation: allow
                 m.outcome = self._decide(m, fetched, EMPTY_TEXT)
 
