@@ -24,8 +24,8 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from moderator.classifier import Scores, TokenIds
-from moderator.config import redact_url
 from moderator.metrics import Metrics
+from moderator.redaction import redact_url
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,11 @@ log = logging.getLogger("moderator")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default: this process's arguments); the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = argv  # `run --workers` gives its workers the same command line
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
@@ -106,7 +109,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         if topics:
             loop.run(ensure_topics(settings.kafka_options(), topics))
-        argv = strip_workers_flag(sys.argv[sys.argv.index("run") + 1 :])
+        argv = strip_workers_flag(args.argv[args.argv.index("run") + 1 :])
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
         )
