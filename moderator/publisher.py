@@ -76,7 +76,8 @@ class Publisher:
     """Owns the producer: sends outcomes in order, re-sends, diverts, reports acks.
 
     `on_acked(entry)` is called once per acknowledged outcome; `on_failure(task)` when one of
-    its tasks dies (a pipeline failure reaches it here), which must stop the service.
+    its tasks ends other than by `stop()` (a pipeline failure reaches it here, through the
+    publish loop), which must stop the service.
     """
 
     def __init__(
@@ -112,7 +113,7 @@ class Publisher:
     def start(self) -> None:
         if self._loop is None:
             self._loop = asyncio.create_task(self._publish_loop(), name="moderator-publish")
-            self._loop.add_done_callback(self._on_failure)
+            self._loop.add_done_callback(self._task_done)
 
     def submit(self, batch: list[Fetched], outcomes: Awaitable[list[Outcome]]) -> None:
         """Publish `outcomes` (one per record of `batch`, in order) after earlier batches."""
@@ -226,9 +227,15 @@ class Publisher:
         if not task.cancelled() and task.exception() is not None:
             self._on_failure(task)
 
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled():  # the loop never ends by itself: that is a failure too
+            self._on_failure(task)
+
     async def _retry(self, delivery: _Delivery, exc: BaseException, backoff_s: float) -> None:
         await asyncio.sleep(backoff_s)
         delivery.retry = None
+        if delivery.entry.abandoned:  # given up while it waited
+            return
         if is_refusal(exc):
             # Its own refusal only if it went alone and the topic took other records meanwhile.
             if delivery.alone and self._last_ack.get(delivery.topic, 0) > delivery.sent_at:

@@ -129,8 +129,7 @@ class Harness:
         self.publisher.start()
 
     def _failed(self, task: asyncio.Task[Any]) -> None:
-        if not task.cancelled():
-            self.failures.append(task)
+        self.failures.append(task)
 
     @property
     def sends(self) -> list[Send]:
@@ -322,3 +321,17 @@ async def test_a_re_send_waits_for_its_backoff_only_and_stop_cancels_it() -> Non
     await h.close()
     assert not resends(), "stopping the publisher cancelled it"
     assert len(h.sends) == sends
+
+
+async def test_a_pipeline_failure_is_reported_not_swallowed() -> None:
+    h = Harness(3)
+    entry = h.ledger.track(REFUSED_TP, 7)
+
+    async def broken() -> list[Outcome]:
+        raise RuntimeError("a bug in the pipeline")
+
+    h.publisher.submit([Fetched(entry, Record(IN, 0, 7))], asyncio.create_task(broken()))
+    await until(lambda: bool(h.failures), "the publisher reports its dead loop")
+    assert isinstance(h.failures[0].exception(), RuntimeError)
+    assert not h.sends
+    await h.publisher.stop()
