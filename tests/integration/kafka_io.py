@@ -11,6 +11,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
+from tests.contract import check_decision
+
 
 def chat(i: int, text: str, *, channels: int = 5, **extra: Any) -> tuple[bytes, bytes]:
     """(key, value) of a valid inbound chat message."""
@@ -63,9 +65,10 @@ async def consume(
 
 
 def decisions_by_id(records: Iterable[ConsumerRecord[bytes, bytes]]) -> dict[str, dict[str, Any]]:
+    """Each message's first decision, every decision checked against the decision schema."""
     out: dict[str, dict[str, Any]] = {}
     for record in records:
-        decision = orjson.loads(record.value)
+        decision = check_decision(orjson.loads(record.value))
         out.setdefault(decision["message_id"], decision)
     return out
 

@@ -30,6 +30,7 @@ from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
+from tests.contract import check_dead_letter_headers, check_decision
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids
 
 pytestmark = pytest.mark.integration
@@ -268,7 +269,7 @@ async def test_refused_records_are_diverted_to_the_dead_letter_topic_then_commit
     for n, (key, original) in ((0, once), (1, twice)):
         partition, offset = where[n]
         letter = by_offset[offset]
-        headers = {name: v.decode() for name, v in letter.headers}
+        headers = check_dead_letter_headers(letter.headers)
         assert f"refused it {attempts} times" in headers["moderator.error.message"]
         assert headers["moderator.source.topic"] == settings.in_topic
         assert headers["moderator.source.partition"] == str(partition)
@@ -278,7 +279,7 @@ async def test_refused_records_are_diverted_to_the_dead_letter_topic_then_commit
         if n == 0:
             assert letter.key == key
             assert letter.value == original, "the dead letter carries the input untouched"
-            decision = orjson.loads(headers["moderator.decision"])
+            decision = check_decision(orjson.loads(headers["moderator.decision"]))
             assert decision["message_id"] == f"{REFUSE_PREFIX}1"
             assert decision["action"] in ("allow", "nudge", "block")
         else:

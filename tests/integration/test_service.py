@@ -16,6 +16,7 @@ from moderator.policy import Policy
 from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
+from tests.contract import check_dead_letter_headers
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
 
 pytestmark = pytest.mark.integration
@@ -165,6 +166,7 @@ async def test_malformed_records_are_dead_lettered_and_the_stream_goes_on(
     assert len(dead) == len(MALFORMED)
     for record in dead:
         headers = dict(record.headers)
+        check_dead_letter_headers(record.headers)
         assert record.value in expected, "the dead letter's value is the untouched input"
         assert headers[DLQ_ERROR_CODE].decode() == expected[record.value]
         assert headers[DLQ_ERROR_MESSAGE]

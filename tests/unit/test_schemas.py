@@ -1,0 +1,93 @@
+"""The JSON Schemas in moderator/schemas/ say what the code writes and accepts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import orjson
+import pytest
+
+from moderator.errors import InvalidRecord
+from moderator.records import ChatMessage, Timing, dlq_headers, encode_decision, parse_message
+from tests.contract import SCHEMAS, check_dead_letter_headers, check_decision, validator
+
+MSG = ChatMessage("m-1", "c-1", "u-1", "gg wp", 1732240000000)
+
+
+def decision(**overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(
+        action="block", reason="insult", scores={"toxicity": 0.97, "insult": 0.991234},
+        model="chat-minilm@7359ab", policy="default@4", cached=False, degraded=False,
+        timing=Timing(1.25, 3.5, 5.0), decided_at_ms=1732240000005, over_budget=False,
+    )  # fmt: skip
+    fields.update(overrides)
+    return dict(orjson.loads(encode_decision(MSG, **fields)))
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_every_schema_is_a_valid_json_schema(name: str) -> None:
+    validator(name)  # check_schema raises on a malformed schema
+
+
+def test_the_encoded_decision_matches_its_schema() -> None:
+    check_decision(decision())
+    check_decision(decision(action="allow", reason=None, cached=True))
+    check_decision(decision(scores={}, degraded=True, reason="overload", action="allow"))
+    check_decision(decision(scores={}, reason="empty_text", action="allow"))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("action", "ban"), ("cached", "no"), ("model", "chat-minilm"), ("scores", {"insult": 1.5})],
+)
+def test_the_decision_schema_rejects_what_consumers_could_not_read(field: str, value: Any) -> None:
+    bad = decision()
+    bad[field] = value
+    with pytest.raises(jsonschema.ValidationError):
+        check_decision(bad)
+
+
+def test_the_decision_schema_names_every_field_the_code_writes() -> None:
+    written = set(decision())
+    assert written == set(validator("decision").schema["required"])
+    extra = decision()
+    extra["surprise"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        check_decision(extra)
+
+
+def test_dead_letter_headers_match_their_schema() -> None:
+    error = InvalidRecord("invalid_json", "the value is not valid JSON")
+    headers = dlq_headers(error, topic="chat.messages", partition=3, offset=17, timestamp_ms=5)
+    assert check_dead_letter_headers(headers)["moderator.error.code"] == "invalid_json"
+    with pytest.raises(jsonschema.ValidationError):
+        check_dead_letter_headers([(n, b"nope" if n.endswith("offset") else v) for n, v in headers])
+
+
+VALID = [
+    {"message_id": "m", "channel_id": "c", "user_id": "u", "text": ""},
+    {"message_id": "m", "channel_id": "c", "user_id": "u", "text": "hi", "sent_at_ms": 5},
+    {"message_id": "m", "channel_id": "c", "user_id": "u", "text": "hi", "extra": [1]},
+]
+INVALID = [
+    {"message_id": "m", "channel_id": "c", "user_id": "u"},
+    {"message_id": "", "channel_id": "c", "user_id": "u", "text": "hi"},
+    {"message_id": 1, "channel_id": "c", "user_id": "u", "text": "hi"},
+    {"message_id": "m", "channel_id": "c", "user_id": "u", "text": None},
+    {"message_id": "m", "channel_id": "c", "user_id": "u", "text": "hi", "sent_at_ms": 1.5},
+    {"message_id": "m", "channel_id": "c", "user_id": "u", "text": "hi", "sent_at_ms": "5"},
+    {"message_id": "m", "channel_id": "c", "user_id": "u", "text": "hi", "sent_at_ms": True},
+]
+
+
+@pytest.mark.parametrize("value", VALID + INVALID)
+def test_the_input_schema_accepts_exactly_what_the_parser_accepts(value: dict[str, Any]) -> None:
+    raw = orjson.dumps(value)
+    try:
+        parse_message(raw, timestamp_ms=1, max_bytes=10_000)
+        parsed = True
+    except InvalidRecord:
+        parsed = False
+    schema_ok = validator("chat-message").is_valid(value)
+    assert parsed == schema_ok == (value in VALID)
