@@ -24,19 +24,18 @@ import numpy.typing as npt
 
 from models import corpus, onnx_export
 from models.realtext import Decide
+from moderator.policy import DEFAULT_ACTIONS, Policy
 
 logger = logging.getLogger(__name__)
 
 REPORT_FILE = Path(__file__).resolve().parent / "REPORT.md"
-ACTIONS = ("allow", "nudge", "block")
+ACTIONS = DEFAULT_ACTIONS  # the report speaks of the default policy's actions
 LATENCY_LENGTHS = (8, 16, 32, 64, 128)
 LATENCY_THREADS = (1, 2)
 
 
 def load_policy() -> tuple[Decide, str]:
     """The runtime's packaged default policy: the report judges what the runtime would do."""
-    from moderator.policy import Policy
-
     policy = Policy.load()
     decide: Decide = policy.decide
     return decide, f"moderator/default_policy.toml ({policy.ident})"

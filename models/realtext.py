@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from models import onnx_export
 
-Decide = Callable[[Mapping[str, float]], tuple[str, str | None]]
+Decide = Callable[[Mapping[str, float]], tuple[str, str | None]]  # Policy.decide
 Matrix = npt.NDArray[np.float32]
 
 

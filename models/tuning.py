@@ -76,7 +76,7 @@ def render_policy(table: dict[str, dict[str, float]], header: str, version: int)
     return "\n".join(lines) + "\n"
 
 
-def _current(path: Path) -> tuple[int, dict[str, dict[str, float]]]:
+def read_thresholds(path: Path) -> tuple[int, dict[str, dict[str, float]]]:
     """(version, thresholds) of the policy file as it stands; (0, {}) when there is none."""
     from moderator.errors import PolicyError
     from moderator.policy import Policy
@@ -85,10 +85,7 @@ def _current(path: Path) -> tuple[int, dict[str, dict[str, float]]]:
         policy = Policy.load(path)
     except PolicyError:
         return 0, {}
-    table = {
-        r.label: {k: v for k, v in (("nudge", r.nudge), ("block", r.block)) if v is not None}
-        for r in policy.rules
-    }
+    table = {r.label: dict(r.thresholds) for r in policy.rules}
     return int(policy.version), table
 
 
@@ -98,7 +95,7 @@ def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dic
     result = realtext.tune(benign, toxic, labels, max_flag=MAX_FLAG, max_block=MAX_BLOCK)
     table = realtext.thresholds(result["nudge"], result["block"])
     manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
-    version, old = _current(policy_file)
+    version, old = read_thresholds(policy_file)
     if old != table:
         version += 1
     header = HEADER.format(

@@ -1,4 +1,4 @@
-"""Two-level verdict cache: an in-process LRU, then Redis, keyed on model version + token ids.
+"""Two-level verdict cache: an in-process LRU, then Redis, keyed on model digest + token ids.
 
 The cache stores label scores, never actions, so a policy change needs no invalidation. Redis is
 an optimisation, not a dependency: when it fails or is slow, a circuit breaker opens, decisions
@@ -24,8 +24,8 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from moderator.classifier import Scores, TokenIds
-from moderator.config import redact_url
 from moderator.metrics import Metrics
+from moderator.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,14 @@ WARN_EVERY_S = 60.0
 Level = Literal["l1", "redis", "miss"]
 
 
-def cache_key(model_ident: str, ids: TokenIds) -> bytes:
-    """Key of one verdict: the model's identity and a 128-bit hash of the token ids."""
+def cache_key(model_sha256: str, ids: TokenIds) -> bytes:
+    """Key of one verdict: the model file's sha256 and a 128-bit hash of the token ids.
+
+    The digest, not the manifest's `name@version`: a hand-written manifest may reuse a version
+    for other weights, and a day of stale scores would follow from Redis. 128 bits of it.
+    """
     digest = hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest()
-    return f"{KEY_PREFIX}{model_ident}:{digest}".encode()
+    return f"{KEY_PREFIX}{model_sha256[:32]}:{digest}".encode()
 
 
 class LruCache:

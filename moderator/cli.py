@@ -20,8 +20,7 @@ from moderator.classifier import Classifier, ModelInfo
 from moderator.config import DEFAULT_MODEL_DIR, Settings, add_setting_flags, settings_from_args
 from moderator.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
 from moderator.errors import ModeratorError
-from moderator.pipeline import EMPTY_TEXT_REASON
-from moderator.policy import Policy
+from moderator.policy import EMPTY_TEXT, Policy
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
@@ -30,8 +29,11 @@ log = logging.getLogger("moderator")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default: this process's arguments); the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = argv  # `run --workers` gives its workers the same command line
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
@@ -107,7 +109,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         if topics:
             loop.run(ensure_topics(settings.kafka_options(), topics))
-        argv = strip_workers_flag(sys.argv[sys.argv.index("run") + 1 :])
+        argv = strip_workers_flag(args.argv[args.argv.index("run") + 1 :])
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
         )
@@ -236,14 +238,9 @@ def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: I
     for row in rows:
         if "error" not in row:
             row_scores = by_index.get(text_index)
-            reason: str | None
-            if row_scores is None:
-                named: dict[str, float] = {}
-                action, reason = "allow", EMPTY_TEXT_REASON
-            else:
-                raw = classifier.as_dict(row_scores)
-                action, reason = policy.decide(raw)
-                named = {k: round(v, 4) for k, v in raw.items()}
+            raw = classifier.as_dict(row_scores) if row_scores is not None else {}
+            action, reason = policy.decide(raw) if row_scores is not None else EMPTY_TEXT
+            named = {k: round(v, 4) for k, v in raw.items()}
             row.update(action=action, reason=reason, scores=named,
                        model=classifier.info.ident, policy=policy.ident)  # fmt: skip
             text_index += 1

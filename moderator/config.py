@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, unquote_plus, urlsplit
+from urllib.parse import urlsplit
 
+from moderator.degrade import MODES as DEGRADED_MODES
 from moderator.errors import ConfigError
+from moderator.redaction import redact_url, url_secrets
 
 ENV_PREFIX = "MODERATOR_"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -31,32 +34,6 @@ def available_cores() -> int:
 
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-def url_secrets(url: str) -> list[str]:
-    """The password in `url` (user info, or a `password=` query value) in every spelling a line
-    may show: as written, and decoded the ways redis-py (unquote) and forms (unquote_plus) do."""
-    parts = urlsplit(url)
-    raw = []
-    if parts.password:
-        raw.append(parts.password)
-    for pair in parts.query.split("&"):
-        key, _, value = pair.partition("=")
-        if unquote_plus(key) == "password" and value:
-            raw.append(value)
-    return [form for value in raw for form in (value, unquote(value), unquote_plus(value))]
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret replaced by `***` (longest first, so none is left half-shown)."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
-def redact_url(url: str) -> str:
-    """`url` with any password replaced by `***` (for logs and reprs)."""
-    return redact(url, url_secrets(url))
 
 
 HELP = {
@@ -93,7 +70,7 @@ HELP = {
     "kafka_ssl_cafile": "CA bundle to verify the brokers (with SSL / SASL_SSL)",
     "kafka_ssl_certfile": "client certificate for mutual TLS",
     "kafka_ssl_keyfile": "client private key for mutual TLS",
-    "degraded_mode": "late cache misses skip the model: off | allow | block | lexical",
+    "degraded_mode": "late cache misses skip the model: " + " | ".join(DEGRADED_MODES),
     "denylist": "phrases the lexical degraded mode blocks; the packaged list if unset",
 }
 
@@ -176,8 +153,8 @@ class Settings:
             path = getattr(self, name)
             if path is not None and not path.is_file():
                 raise bad(name, f"{path} is not a file")
-        if self.degraded_mode not in ("off", "allow", "block", "lexical"):
-            raise bad("degraded_mode", f"{self.degraded_mode!r} is not off|allow|block|lexical")
+        if self.degraded_mode not in DEGRADED_MODES:
+            raise bad("degraded_mode", f"{self.degraded_mode!r} is not {'|'.join(DEGRADED_MODES)}")
         if self.denylist is not None and not self.denylist.is_file():
             raise bad("denylist", f"{self.denylist} is not a file")
         if self.policy is not None and not self.policy.is_file():
@@ -280,22 +257,35 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
+def _path(raw: str) -> Path:
+    return Path(raw).expanduser()
+
+
+def _optional_path(raw: str) -> Path | None:
+    return Path(raw).expanduser() if raw else None
+
+
+# How a string from the environment or a flag becomes each kind of setting, by its type (the
+# annotations resolved once, not compared as strings). A `str` setting is taken as it is.
+_PARSERS: dict[object, Callable[[str], Any]] = {
+    int: int,
+    float: float,
+    Path: _path,
+    Path | None: _optional_path,
+}
+_TYPES = typing.get_type_hints(Settings)
+
+
 def _convert(f: dataclasses.Field[Any], raw: Any, env_name: str) -> Any:
-    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    if not isinstance(raw, str):
+    kind = _TYPES[f.name]
+    parse = _PARSERS.get(kind)
+    if parse is None or not isinstance(raw, str):
         return raw
     try:
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-        if kind == "Path":
-            return Path(raw).expanduser()
-        if kind == "Path | None":
-            return Path(raw).expanduser() if raw else None
+        return parse(raw)
     except ValueError:
-        raise ConfigError(f"{env_name}: {raw!r} is not a valid {kind}") from None
-    return raw
+        name = getattr(kind, "__name__", str(kind))
+        raise ConfigError(f"{env_name}: {raw!r} is not a valid {name}") from None
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:

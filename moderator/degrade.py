@@ -14,6 +14,7 @@ from pathlib import Path
 
 from moderator.errors import ConfigError
 from moderator.normalize import normalize_text
+from moderator.policy import Verdict
 
 MODES = ("off", "allow", "block", "lexical")
 DENYLIST_REASON = "denylist"
@@ -44,11 +45,11 @@ class Fallback:
         phrases = [line.split("#", 1)[0].strip() for line in text.splitlines()]
         return cls(mode, [p for p in phrases if p])
 
-    def decide(self, text: str) -> tuple[str, str | None]:
+    def decide(self, text: str) -> Verdict:
         if self.mode == "allow":
-            return "allow", OVERLOAD_REASON
+            return Verdict("allow", OVERLOAD_REASON)
         if self.mode == "block":
-            return "block", OVERLOAD_REASON
+            return Verdict("block", OVERLOAD_REASON)
         if self._pattern is not None and self._pattern.search(normalize_text(text).lower()):
-            return "block", DENYLIST_REASON
-        return "allow", None
+            return Verdict("block", DENYLIST_REASON)
+        return Verdict("allow", None)

@@ -11,18 +11,17 @@ import asyncio
 import functools
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from moderator.batcher import BatchScorer, Scored
 from moderator.cache import VerdictCache, cache_key
-from moderator.classifier import Classifier, Scores
+from moderator.classifier import Classifier, Scores, TokenIds
 from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
-from moderator.policy import Policy
+from moderator.policy import EMPTY_TEXT, Policy, Verdict
 from moderator.records import ChatMessage, Timing, dlq_headers, encode_decision, parse_message
-
-EMPTY_TEXT_REASON = "empty_text"
 
 
 class InboundRecord(Protocol):
@@ -52,6 +51,25 @@ class Outcome(NamedTuple):
     label: str  # the action, or the dead-letter reason code, for metrics
 
 
+@dataclass(eq=False, slots=True)
+class _Message:
+    """One valid message on its way through look up → score → decide."""
+
+    record: InboundRecord
+    chat: ChatMessage
+    ids: TokenIds | None = None  # its token ids, when there is something to score
+    key: bytes = b""  # its verdict cache key
+    scores: Scores | None = None  # from the cache
+    scoring: asyncio.Future[Scored] | None = None  # the model call it waits for
+    owner: bool = False  # it started that call (else it joined one already under way)
+    outcome: Outcome | None = None  # its decision, once decided
+
+    @property
+    def decided(self) -> Outcome:
+        assert self.outcome is not None, "every message is decided before process() returns"
+        return self.outcome
+
+
 class Pipeline:
     """Turns inbound records into outcomes; shares the classifier, cache and scorer."""
 
@@ -76,6 +94,7 @@ class Pipeline:
         self.budget_ms = budget_ms
         self.fallback = fallback
         self.model_ident = classifier.info.ident
+        self.model_sha256 = classifier.info.sha256  # what the cache keys on
         self._scoring: dict[bytes, asyncio.Future[Scored]] = {}
 
     def _scored(self, key: bytes, future: asyncio.Future[Scored]) -> None:
@@ -87,102 +106,100 @@ class Pipeline:
     async def process(self, records: Sequence[InboundRecord]) -> list[Outcome]:
         """Outcomes for `records`, in the same order."""
         fetched = time.perf_counter()
-        outcomes: list[Outcome | None] = [None] * len(records)
-        valid: list[tuple[int, ChatMessage]] = []
-        for i, record in enumerate(records):
+        slots: list[Outcome | _Message] = []
+        for record in records:  # validate
             try:
-                msg = parse_message(
+                chat = parse_message(
                     record.value, timestamp_ms=record.timestamp, max_bytes=self.max_record_bytes
                 )
             except InvalidRecord as err:
-                outcomes[i] = dead_letter(record, err)
+                slots.append(dead_letter(record, err))
                 continue
-            valid.append((i, msg))
+            slots.append(_Message(record, chat))
+        messages = [m for m in slots if isinstance(m, _Message)]
 
-        encoded = self.classifier.encode([msg.text for _, msg in valid])
-        to_score: list[tuple[int, ChatMessage, bytes]] = []
-        keys = []
-        for (i, msg), ids in zip(valid, encoded, strict=True):
-            if not self.classifier.has_content(ids):  # empty after normalisation: allow
-                outcomes[i] = self._decide(
-                    records[i].key, msg, None, fetched, cached=False, score_s=0.0
-                )
-                continue
-            key = cache_key(self.model_ident, ids)
-            to_score.append((i, msg, key))
-            keys.append((key, ids))
+        encoded = self.classifier.encode([m.chat.text for m in messages])
+        for m, ids in zip(messages, encoded, strict=True):
+            if self.classifier.has_content(ids):
+                m.ids, m.key = ids, cache_key(self.model_sha256, ids)
+            else:  # empty after normalisation: allow
+                m.outcome = self._decide(m, fetched, EMPTY_TEXT)
 
-        hits = await self.cache.get_many([key for key, _ in keys])
-        # Single flight: a text already on its way to the model (from this batch or an earlier
-        # one) is scored once; the other messages wait for that result and count as cached.
-        waits: list[tuple[asyncio.Future[Scored], bool] | None] = []
+        scorable = [m for m in messages if m.outcome is None]
+        hits = await self.cache.get_many([m.key for m in scorable])  # look up
         late_before_ms = int(time.time() * 1000) - self.budget_ms
-        for (key, ids), (scores, _level), (i, msg, _) in zip(keys, hits, to_score, strict=True):
+        for m, (scores, _level) in zip(scorable, hits, strict=True):
             if scores is not None:
-                waits.append(None)
-                continue
-            if self.fallback is not None and msg.sent_at_ms < late_before_ms:
-                outcomes[i] = self._decide(
-                    records[i].key, msg, None, fetched, cached=False, score_s=0.0,
-                    verdict=self.fallback.decide(msg.text),
-                )  # fmt: skip
-                waits.append(None)
-                continue
-            future = self._scoring.get(key)
-            owner = future is None
-            if future is None:
-                future = self.scorer.score(ids)
-                self._scoring[key] = future
-                future.add_done_callback(functools.partial(self._scored, key))
+                m.scores = scores
+            elif self.fallback is not None and m.chat.sent_at_ms < late_before_ms:
+                verdict = self.fallback.decide(m.chat.text)
+                m.outcome = self._decide(m, fetched, verdict, degraded=True)
             else:
-                self.metrics.cache_requests.labels("inflight", "hit").inc()
-            waits.append((future, owner))
-        pending = {id(w[0]): w[0] for w in waits if w is not None}
+                self._score(m)
+
+        pending = {id(m.scoring): m.scoring for m in scorable if m.scoring is not None}
         if pending:
             await asyncio.gather(*pending.values())
-        for (i, msg, _key), (scores, _level), wait in zip(to_score, hits, waits, strict=True):
-            if outcomes[i] is not None:  # degraded
+        for m in scorable:  # decide
+            if m.outcome is not None:  # degraded
                 continue
-            if wait is None or not wait[1]:
-                row = scores if wait is None else wait[0].result().scores
-                outcomes[i] = self._decide(
-                    records[i].key, msg, row, fetched, cached=True, score_s=0.0
-                )
+            if m.scoring is None or not m.owner:  # from the cache, or another's model call
+                scores = m.scores if m.scoring is None else m.scoring.result().scores
+                assert scores is not None
+                m.outcome = self._decide_scores(m, fetched, scores, cached=True)
                 continue
-            s = wait[0].result()
+            s = m.scoring.result()
             self.metrics.stage_seconds.labels("queue").observe(s.queued_s)
             self.metrics.stage_seconds.labels("score").observe(s.score_s)
-            outcomes[i] = self._decide(
-                records[i].key,
-                msg,
-                s.scores,
-                fetched,
-                cached=False,
-                score_s=s.score_s,
-                queued_s=s.queued_s,
+            m.outcome = self._decide_scores(
+                m, fetched, s.scores, cached=False, score_s=s.score_s, queued_s=s.queued_s
             )
-        return [o for o in outcomes if o is not None]
+        return [slot if isinstance(slot, Outcome) else slot.decided for slot in slots]
+
+    def _score(self, m: _Message) -> None:
+        """Send `m` to the model, or, single flight, join the call already scoring its text (from
+        this batch or an earlier one): that message then counts as cached."""
+        future = self._scoring.get(m.key)
+        m.owner = future is None
+        if future is None:
+            assert m.ids is not None
+            future = self.scorer.score(m.ids)
+            self._scoring[m.key] = future
+            future.add_done_callback(functools.partial(self._scored, m.key))
+        else:
+            self.metrics.cache_requests.labels("inflight", "hit").inc()
+        m.scoring = future
+
+    def _decide_scores(
+        self,
+        m: _Message,
+        fetched: float,
+        scores: Scores,
+        *,
+        cached: bool,
+        score_s: float = 0.0,
+        queued_s: float | None = None,
+    ) -> Outcome:
+        """The policy's decision on `scores`."""
+        named = self.classifier.as_dict(scores)
+        verdict = self.policy.decide(named)
+        return self._decide(m, fetched, verdict, named, cached=cached, score_s=score_s,
+                            queued_s=queued_s)  # fmt: skip
 
     def _decide(
         self,
-        key: bytes | None,
-        msg: ChatMessage,
-        scores: Scores | None,
+        m: _Message,
         fetched: float,
+        verdict: Verdict,
+        scores: dict[str, float] | None = None,
         *,
-        cached: bool,
-        score_s: float,
+        cached: bool = False,
+        degraded: bool = False,
+        score_s: float = 0.0,
         queued_s: float | None = None,
-        verdict: tuple[str, str | None] | None = None,
     ) -> Outcome:
-        """The decision for `msg`: from `verdict` when degraded, else the policy on `scores`."""
-        named = self.classifier.as_dict(scores) if scores is not None else {}
-        if verdict is not None:
-            action, reason = verdict
-        elif scores is not None:
-            action, reason = self.policy.decide(named)
-        else:
-            action, reason = "allow", EMPTY_TEXT_REASON
+        """The encoded decision for `m`, timed now."""
+        msg = m.chat
         total_s = time.perf_counter() - fetched
         if queued_s is None:
             queued_s = total_s - score_s
@@ -190,25 +207,26 @@ class Pipeline:
         over_budget = decided_at_ms - msg.sent_at_ms > self.budget_ms
         value = encode_decision(
             msg,
-            action=action,
-            reason=reason,
-            scores=named,
+            action=verdict.action,
+            reason=verdict.reason,
+            scores=scores or {},
             model=self.model_ident,
             policy=self.policy.ident,
             cached=cached,
-            degraded=verdict is not None,
+            degraded=degraded,
             timing=Timing(queued_s * 1000, score_s * 1000, total_s * 1000),
             decided_at_ms=decided_at_ms,
             over_budget=over_budget,
         )
         if over_budget:
             self.metrics.over_budget.inc()
-        if verdict is not None:
-            self.metrics.degraded.labels(action).inc()
+        if degraded:
+            self.metrics.degraded.labels(verdict.action).inc()
         self.metrics.stage_seconds.labels("total").observe(total_s)
+        key = m.record.key
         if key is None:  # keep one channel's decisions together even for unkeyed input
             key = msg.channel_id.encode()
-        return Outcome(False, key, value, [], action)
+        return Outcome(False, key, value, [], verdict.action)
 
 
 def dead_letter(record: InboundRecord, err: InvalidRecord) -> Outcome:

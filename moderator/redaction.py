@@ -10,11 +10,35 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from urllib.parse import quote, quote_plus
-
-from moderator.config import redact
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit
 
 _secrets: set[str] = set()
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password in `url` (user info, or a `password=` query value) in every spelling a line
+    may show: as written, and decoded the ways redis-py (unquote) and forms (unquote_plus) do."""
+    parts = urlsplit(url)
+    raw = []
+    if parts.password:
+        raw.append(parts.password)
+    for pair in parts.query.split("&"):
+        key, _, value = pair.partition("=")
+        if unquote_plus(key) == "password" and value:
+            raw.append(value)
+    return [form for value in raw for form in (value, unquote(value), unquote_plus(value))]
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret replaced by `***` (longest first, so none is left half-shown)."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def redact_url(url: str) -> str:
+    """`url` with any password replaced by `***` (for logs and reprs)."""
+    return redact(url, url_secrets(url))
 
 
 def forms(secret: str) -> set[str]:

@@ -31,7 +31,7 @@ PUBLISH_FAILED = "publish_failed"
 # Errors about the record itself. aiokafka raises UnknownError for every code it does not know,
 # among them INVALID_RECORD (87), which a broker-side schema answers; the code itself is lost, so
 # an unknown server error (-1) looks the same. That is why a refusal counts only while the topic
-# takes other records (moderator/service.py). INVALID_TIMESTAMP is left out: we never set
+# takes other records (moderator/publisher.py). INVALID_TIMESTAMP is left out: we never set
 # timestamps, so it means the host's clock is off, for every record.
 RECORD_REFUSALS = (
     CorruptRecordException,

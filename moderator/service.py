@@ -1,36 +1,25 @@
 """The moderator service: Kafka in, pipeline, decisions out, offsets committed after acks.
 
-Records are fetched in batches; each batch becomes one pipeline task, and a single publisher
-sends the outcomes in fetch order, so decisions for a partition leave in input order. An input
-offset is committed only when the deliveries of its decision and of every earlier record of its
-partition were acknowledged by the broker; a failed delivery is re-sent with backoff and holds
-the partition's commit until it succeeds, or, when the broker refuses the record itself, until
-its diversion to the dead-letter topic succeeds (moderator/refusal.py). A crash or a rebalance
-may repeat decisions, never lose one.
-
-Which refusals are the record's own: once refused, a record is re-sent in a batch of its own
-(the broker refuses whole batches, so batch-mates of a bad record are refused with it), and a
-refusal counts toward `publish_attempts` only if the topic took other records meanwhile. A
-topic that refuses everything (a bad schema, a broker fault) is held like an outage.
+Records are fetched in batches; each batch becomes one pipeline task, and the publisher
+(moderator/publisher.py) sends the outcomes in fetch order, so decisions for a partition leave
+in input order. The offset ledger (moderator/ledger.py) commits an input offset only when the
+deliveries of its decision and of every earlier record of its partition were acknowledged by
+the broker. A crash or a rebalance may repeat decisions, never lose one. This module wires the
+parts together and owns the fetch loop, the commits and the rebalance hand-over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import random
 import time
-from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
-from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from moderator.batcher import BatchScorer
@@ -39,57 +28,34 @@ from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.connect import start_client
 from moderator.degrade import Fallback
+from moderator.ledger import Entry, OffsetLedger
 from moderator.metrics import Metrics, MetricsServer
-from moderator.pipeline import InboundRecord, Outcome, Pipeline
+from moderator.pipeline import Outcome, Pipeline
 from moderator.policy import Policy
-from moderator.refusal import describe, divert, is_refusal
+from moderator.publisher import Fetched, Publisher
 
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT_MS = 100
 MAX_PRODUCER_REQUEST_BYTES = 16 * 1024 * 1024  # dead letters carry the original value, any size
-RETRY_BACKOFF_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
-RETRY_JITTER = 0.5  # each back-off is drawn from [0.5x, 1.5x]
-
-
-@dataclass(eq=False)
-class _Delivery:
-    """One published outcome whose acknowledgement gates the commit of its record's offset."""
-
-    record: InboundRecord
-    topic: str
-    outcome: Outcome
-    future: asyncio.Future[Any]
-    sent_at: float = field(default_factory=time.monotonic)  # the current attempt's
-    attempts: int = 0
-    alone: bool = False  # re-send in a batch of its own (it was refused once)
-    refusals: int = 0  # refusals of it alone while its topic took other records
-    abandoned: bool = False  # its partition moved to another member, which redoes the input
-    settled: bool = False  # no longer counted in flight
-
-
-@dataclass(eq=False)
-class _Unit:
-    """One fetched batch on its way through the pipeline."""
-
-    records: list[InboundRecord]
-    task: asyncio.Task[list[Outcome]]
-    fetched_at: float = field(default_factory=time.perf_counter)
-
-
-def _failed(future: asyncio.Future[Any]) -> bool:
-    return future.cancelled() or future.exception() is not None
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, service: Moderator) -> None:
-        self.service = service
+    """Hands partitions over: finish and commit revoked work first, then take new partitions."""
+
+    def __init__(
+        self,
+        release: Callable[[set[TopicPartition]], Awaitable[bool]],
+        adopt: Callable[[set[TopicPartition]], None],
+    ) -> None:
+        self.release = release
+        self.adopt = adopt
 
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self.service._release(set(revoked))
+        await self.release(set(revoked))
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        self.service._adopt(set(assigned))
+        self.adopt(set(assigned))
 
 
 class Moderator:
@@ -105,21 +71,15 @@ class Moderator:
         self._classifier = classifier
         self._metrics_server: MetricsServer | None = None
         self._consumer: AIOKafkaConsumer | None = None
-        self._producer: AIOKafkaProducer | None = None
+        self._publisher: Publisher | None = None
         self._cache: VerdictCache | None = None
         self._scorer: BatchScorer | None = None
         self._pipeline: Pipeline | None = None
-        self._units: asyncio.Queue[_Unit] = asyncio.Queue()
+        self._ledger = OffsetLedger()
         self._unit_tasks: set[asyncio.Task[list[Outcome]]] = set()
-        self._deliveries: dict[TopicPartition, deque[_Delivery]] = {}
-        self._unpublished: dict[TopicPartition, int] = {}
-        self._committable: dict[TopicPartition, int] = {}
-        self._committed: dict[TopicPartition, int] = {}
-        self._last_ack: dict[str, float] = {}  # topic → when the broker last took a record
-        self._partitioner = DefaultPartitioner()
-        self._in_flight = 0
         self._room = asyncio.Event()
         self._room.set()
+        self._fetch_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -190,14 +150,23 @@ class Moderator:
                     None if s.degraded_mode == "off" else Fallback.load(s.degraded_mode, s.denylist)
                 ),
             )
-            self._producer = AIOKafkaProducer(
+            producer = AIOKafkaProducer(
                 **s.kafka_options(),
                 acks="all",
                 linger_ms=0,
                 max_request_size=MAX_PRODUCER_REQUEST_BYTES,
                 client_id="moderator",
             )
-            await start_client(self._producer, s.kafka_options(), "the producer")
+            self._publisher = Publisher(  # owns the producer from here on: stops it
+                producer,
+                out_topic=s.out_topic,
+                dlq_topic=s.dlq_topic,
+                publish_attempts=s.publish_attempts,
+                metrics=self.metrics,
+                on_acked=self._acked,
+                on_failure=self._on_task_done,
+            )
+            await start_client(producer, s.kafka_options(), "the producer")
             self._consumer = AIOKafkaConsumer(
                 **s.kafka_options(),
                 group_id=s.group_id,
@@ -208,14 +177,13 @@ class Moderator:
                 client_id="moderator",
             )
             await start_client(self._consumer, s.kafka_options(), "the consumer")
-            self._consumer.subscribe([s.in_topic], listener=_Rebalance(self))
-            for name, coro in (
-                ("fetch", self._fetch_loop()),
-                ("publish", self._publish_loop()),
-                ("commit", self._commit_loop()),
-                ("lag", self._lag_loop()),
-            ):
-                self._watch(asyncio.create_task(coro, name=f"moderator-{name}"))
+            self._consumer.subscribe(
+                [s.in_topic], listener=_Rebalance(release=self._release, adopt=self._adopt)
+            )
+            self._publisher.start()
+            self._fetch_task = self._watch(self._fetch_loop(), "fetch")
+            self._watch(self._commit_loop(), "commit")
+            self._watch(self._lag_loop(), "lag")
             if self._scorer.task is not None:
                 self._scorer.task.add_done_callback(self._on_task_done)
         except BaseException:
@@ -243,13 +211,12 @@ class Moderator:
             return
         self._stopping = True
         self._set_ready(False)
-        fetch = next((t for t in self._tasks if t.get_name() == "moderator-fetch"), None)
-        if fetch is not None:
-            fetch.cancel()
+        if self._fetch_task is not None:
+            self._fetch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await fetch
+                await self._fetch_task
         if self._failure is None and self._consumer is not None:
-            drained = await self._release(set(self._deliveries), forget=False)
+            drained = await self._release(self._ledger.partitions, forget=False)
             if not drained:
                 log.warning("shutdown deadline passed with work in flight; it will be redone")
         for task in self._tasks:
@@ -260,7 +227,7 @@ class Moderator:
         self._tasks.clear()
         for unit_task in list(self._unit_tasks):
             unit_task.cancel()
-        for closer in (self._consumer, self._scorer, self._producer, self._cache):
+        for closer in (self._consumer, self._scorer, self._publisher, self._cache):
             if closer is not None:
                 try:
                     await closer.stop()
@@ -283,9 +250,12 @@ class Moderator:
     ) -> None:
         await self.stop()
 
-    def _watch(self, task: asyncio.Task[None]) -> None:
+    def _watch(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Start a background task that must run until `stop()`: its end stops the service."""
+        task = asyncio.create_task(coro, name=f"moderator-{name}")
         self._tasks.append(task)
         task.add_done_callback(self._on_task_done)
+        return task
 
     def _on_task_done(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled() or self._stopping:
@@ -311,193 +281,56 @@ class Moderator:
     async def _fetch_loop(self) -> None:
         assert self._consumer is not None
         assert self._pipeline is not None
+        assert self._publisher is not None
         max_records = max(self.settings.max_batch * 4, 64)
         while True:
             await self._room.wait()
             batches = await self._consumer.getmany(
                 timeout_ms=FETCH_TIMEOUT_MS,
-                max_records=min(max_records, self.settings.max_in_flight - self._in_flight),
+                max_records=min(max_records, self.settings.max_in_flight - self._ledger.in_flight),
             )
-            records: list[InboundRecord] = []
+            fetched: list[Fetched] = []
             for tp, part in batches.items():
-                if tp not in self._deliveries:
+                if not self._ledger.owns(tp):
                     if tp not in self._consumer.assignment():
                         continue  # fetched just before a revocation: its new owner redoes it
                     self._adopt({tp})  # records may arrive before the listener has run
-                self._unpublished[tp] = self._unpublished.get(tp, 0) + len(part)
-                records.extend(part)
-            if not records:
+                fetched.extend(Fetched(self._ledger.track(tp, r.offset), r) for r in part)
+            if not fetched:
                 continue
-            self.metrics.consumed.inc(len(records))
-            self._add_in_flight(len(records))
-            task = asyncio.create_task(self._pipeline.process(records), name="moderator-unit")
+            self.metrics.consumed.inc(len(fetched))
+            self._in_flight_changed()
+            task = asyncio.create_task(
+                self._pipeline.process([f.record for f in fetched]), name="moderator-unit"
+            )
             self._unit_tasks.add(task)
             task.add_done_callback(self._unit_tasks.discard)
-            self._units.put_nowait(_Unit(records, task))
+            self._publisher.submit(fetched, task)
 
-    def _add_in_flight(self, n: int) -> None:
-        self._in_flight += n
-        self.metrics.in_flight.set(self._in_flight)
-        if self._in_flight >= self.settings.max_in_flight:
+    def _acked(self, entry: Entry) -> None:
+        self._ledger.ack(entry)
+        self._in_flight_changed()
+
+    def _in_flight_changed(self) -> None:
+        """Mirror the ledger's in-flight count in the gauge and pause or resume fetching."""
+        in_flight = self._ledger.in_flight
+        self.metrics.in_flight.set(in_flight)
+        if in_flight >= self.settings.max_in_flight:
             self._room.clear()
         else:
             self._room.set()
 
-    # -- publishing ------------------------------------------------------------------------
-
-    async def _publish_loop(self) -> None:
-        while True:
-            unit = await self._units.get()
-            outcomes = await unit.task  # a pipeline failure is a bug: it stops the service
-            for record, outcome in zip(unit.records, outcomes, strict=True):
-                tp = TopicPartition(record.topic, record.partition)
-                topic = self.settings.dlq_topic if outcome.dead_letter else self.settings.out_topic
-                future = await self._send(topic, outcome)
-                delivery = _Delivery(record, topic, outcome, future)
-                queue = self._deliveries.get(tp)
-                if queue is not None:
-                    queue.append(delivery)
-                else:
-                    delivery.abandoned = True
-                future.add_done_callback(functools.partial(self._on_delivered, delivery))
-                if tp in self._unpublished:
-                    self._unpublished[tp] -= 1
-
-    async def _send(
-        self, topic: str, outcome: Outcome, *, alone: bool = False
-    ) -> asyncio.Future[Any]:
-        """Hand one record to the producer; a failure to enqueue is a failed delivery."""
-        assert self._producer is not None
-        try:
-            if alone:
-                future: asyncio.Future[Any] = await self._send_alone(topic, outcome)
-            else:
-                future = await self._producer.send(
-                    topic, value=outcome.value, key=outcome.key, headers=outcome.headers or None
-                )
-        except KafkaError as exc:
-            future = asyncio.get_running_loop().create_future()
-            future.set_exception(exc)
-        return future
-
-    async def _send_alone(self, topic: str, outcome: Outcome) -> asyncio.Future[Any]:
-        """One record in a closed batch of its own, to the partition `send` would pick, so the
-        broker's answer is about this record alone."""
-        assert self._producer is not None
-        batch = self._producer.create_batch()
-        batch.append(key=outcome.key, value=outcome.value, timestamp=None,
-                     headers=outcome.headers)  # fmt: skip
-        batch.close()
-        partitions = sorted(await self._producer.partitions_for(topic))
-        partition = self._partitioner(outcome.key, partitions, partitions)
-        future: asyncio.Future[Any] = await self._producer.send_batch(
-            batch, topic, partition=partition
-        )
-        return future
-
-    def _on_delivered(self, delivery: _Delivery, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            if delivery.abandoned:
-                self._settle(delivery)
-            return  # the committer re-sends it
-        self._last_ack[delivery.topic] = time.monotonic()
-        if delivery.outcome.dead_letter:
-            self.metrics.dead_letters.labels(delivery.outcome.label).inc()
-        else:
-            self.metrics.decisions.labels(delivery.outcome.label).inc()
-        self._settle(delivery)
-
-    def _settle(self, delivery: _Delivery) -> None:
-        """Stop counting `delivery` in flight, once: acknowledged, or abandoned unacknowledged."""
-        if not delivery.settled:
-            delivery.settled = True
-            self._add_in_flight(-1)
-
-    def _retry(self, delivery: _Delivery) -> None:
-        exc = delivery.future.exception() if not delivery.future.cancelled() else None
-        if exc is not None and is_refusal(exc):
-            # Its own refusal only if it went alone and the topic took other records meanwhile.
-            if delivery.alone and self._last_ack.get(delivery.topic, 0) > delivery.sent_at:
-                delivery.refusals += 1
-                limit = self.settings.publish_attempts
-                if limit and delivery.refusals >= limit and self._divert(delivery, exc):
-                    self._resend(delivery, 0.0)  # a different record now: send it at once
-                    return
-            delivery.alone = True
-        backoff_s = RETRY_BACKOFF_S[min(delivery.attempts, len(RETRY_BACKOFF_S) - 1)]
-        # Jitter: deliveries that failed together (one produce batch) must not be re-sent
-        # together forever.
-        backoff_s *= random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)  # noqa: S311
-        delivery.attempts += 1
-        log.warning(
-            "publishing to %s failed (%s); retry %d in %.2fs",
-            delivery.topic, exc, delivery.attempts, backoff_s,
-        )  # fmt: skip
-        self.metrics.publish_retries.inc()
-        self._resend(delivery, backoff_s)
-
-    def _resend(self, delivery: _Delivery, backoff_s: float) -> None:
-        async def resend() -> None:
-            await asyncio.sleep(backoff_s)
-            delivery.sent_at = time.monotonic()
-            sent = await self._send(delivery.topic, delivery.outcome, alone=delivery.alone)
-            await sent
-
-        delivery.future = asyncio.ensure_future(resend())
-        delivery.future.add_done_callback(functools.partial(self._on_delivered, delivery))
-
-    def _divert(self, delivery: _Delivery, exc: BaseException) -> bool:
-        """Swap a refused outcome for its dead letter (moderator/refusal.py); False if none."""
-        r = delivery.record
-        where = f"{r.topic}[{r.partition}]@{r.offset}"
-        diverted = divert(delivery.outcome, r, exc, delivery.refusals)
-        if diverted is None:
-            if delivery.refusals == self.settings.publish_attempts:  # said once
-                self.metrics.publish_refused.labels("receipt").inc()
-                log.error(
-                    "the broker refused the dead-letter receipt for %s %d times (%s); re-sending "
-                    "it until it is taken, and holding the partition's commits",
-                    where, delivery.refusals, describe(exc),
-                )  # fmt: skip
-            return False
-        kind = "dead_letter" if delivery.outcome.dead_letter else "decision"
-        log.error(
-            "the broker refused the %s for %s %d times (%s); diverting it to %s",
-            kind.replace("_", " "), where, delivery.refusals, describe(exc),
-            self.settings.dlq_topic,
-        )  # fmt: skip
-        self.metrics.publish_refused.labels(kind).inc()
-        delivery.outcome = diverted
-        delivery.topic = self.settings.dlq_topic
-        delivery.attempts = delivery.refusals = 0
-        delivery.alone = False  # a new record: batched like any other until refused
-        return True
-
     # -- committing ------------------------------------------------------------------------
-
-    def _advance(self) -> None:
-        """Move each partition's committable offset past its acknowledged prefix, and re-send
-        every failed delivery (not only the first: one refused for good must not hold the
-        re-sends of those behind it)."""
-        for tp, queue in self._deliveries.items():
-            while queue and queue[0].future.done() and not _failed(queue[0].future):
-                self._committable[tp] = queue.popleft().record.offset + 1
-            for delivery in queue:
-                if delivery.future.done() and _failed(delivery.future):
-                    self._retry(delivery)
 
     async def _commit(self, only: set[TopicPartition] | None = None) -> None:
         assert self._consumer is not None
-        self._advance()
-        offsets = {
-            tp: OffsetAndMetadata(offset, "")
-            for tp, offset in self._committable.items()
-            if self._committed.get(tp) != offset and (only is None or tp in only)
-        }
+        offsets = self._ledger.to_commit(only)
         if not offsets:
             return
         try:
-            await self._consumer.commit(offsets)
+            await self._consumer.commit(
+                {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}
+            )
         except CommitFailedError as exc:
             self.metrics.commits.labels("failed").inc()
             log.warning("commit failed because the group rebalanced; work will be redone: %s", exc)
@@ -507,8 +340,7 @@ class Moderator:
             log.warning("commit failed (%s); retrying at the next interval", exc)
             return
         self.metrics.commits.labels("ok").inc()
-        for tp, meta in offsets.items():
-            self._committed[tp] = meta.offset
+        self._ledger.mark_committed(offsets)
 
     async def _commit_loop(self) -> None:
         while True:
@@ -516,9 +348,7 @@ class Moderator:
             await self._commit()
 
     def _adopt(self, assigned: set[TopicPartition]) -> None:
-        for tp in assigned:
-            self._deliveries.setdefault(tp, deque())
-            self._unpublished.setdefault(tp, 0)
+        self._ledger.assign(assigned)
         log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in assigned))
         if not self._stopping:
             self._set_ready(True)
@@ -528,45 +358,32 @@ class Moderator:
         deadline = time.monotonic() + self.settings.shutdown_timeout_s
         drained = False
         while True:
-            self._advance()
-            drained = all(
-                not self._unpublished.get(tp) and not self._deliveries.get(tp) for tp in revoked
-            )
+            drained = not self._ledger.pending(revoked)
             if drained or time.monotonic() > deadline or self._failure is not None:
                 break
             await asyncio.sleep(0.005)
         await self._commit(revoked)
         if forget:
+            given_up = self._ledger.abandon(revoked)
+            if self._publisher is not None:
+                self._publisher.abandon(given_up)
+            self._in_flight_changed()
             for tp in revoked:
-                self._abandon(self._deliveries.pop(tp, ()))
-                self._unpublished.pop(tp, None)
-                self._committable.pop(tp, None)
-                self._committed.pop(tp, None)
                 with contextlib.suppress(KeyError):
                     self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
             if revoked:
                 log.info("released %s", sorted((tp.topic, tp.partition) for tp in revoked))
         return drained
 
-    def _abandon(self, deliveries: Iterable[_Delivery]) -> None:
-        """Give up deliveries of a partition now owned elsewhere: no more re-sends, and no longer
-        in flight (or fetching would stay capped by work that will never be acknowledged here)."""
-        for delivery in deliveries:
-            delivery.abandoned = True
-            if not delivery.future.done():
-                delivery.future.cancel()  # its callback settles it
-            elif _failed(delivery.future):
-                self._settle(delivery)
-
     async def _lag_loop(self) -> None:
         assert self._consumer is not None
         while True:
             await asyncio.sleep(1.0)
-            for tp in list(self._deliveries):
+            for tp in self._ledger.partitions:
                 highwater = self._consumer.highwater(tp)
                 if highwater is None:
                     continue
-                done = self._committed.get(tp)
+                done = self._ledger.committed(tp)
                 if done is None:
                     done = await self._consumer.committed(tp) or 0
                 self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(

@@ -188,12 +188,12 @@ async def _score_cached(
     """
     cache = VerdictCache("", metrics=scorer.metrics, ttl_s=60, l1_size=l1_size, timeout_ms=25)
     await cache.start()
-    ident = classifier.info.ident
+    model = classifier.info.sha256
     scored = 0
     try:
         for start in range(0, len(texts), FETCH_CHUNK):
             ids = classifier.encode(texts[start : start + FETCH_CHUNK])
-            keys = [cache_key(ident, i) for i in ids]
+            keys = [cache_key(model, i) for i in ids]
             found = await cache.get_many(keys)
             misses: dict[bytes, asyncio.Future[Any]] = {}
             for key, one, (scores, _level) in zip(keys, ids, found, strict=True):

@@ -28,7 +28,7 @@ from loadgen.chaos.results import ScenarioResult, now_ms
 from loadgen.chaos.stage import BUDGET_MS, Stage, drain_rate
 from loadgen.kafka import TopicSet
 from moderator.config import Settings
-from moderator.service import RETRY_BACKOFF_S, RETRY_JITTER
+from moderator.publisher import RETRY_BACKOFF_S, RETRY_JITTER
 
 log = logging.getLogger(__name__)
 

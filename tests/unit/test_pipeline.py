@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from moderator.batcher import BatchScorer
-from moderator.cache import VerdictCache
+from moderator.cache import VerdictCache, cache_key
 from moderator.classifier import Classifier
 from moderator.degrade import Fallback
 from moderator.metrics import Metrics
@@ -106,3 +106,15 @@ async def test_late_misses_get_a_fast_degraded_decision(pipeline: Pipeline) -> N
 )
 def test_fallback_modes(mode: str, text: str, verdict: tuple[str, str | None]) -> None:
     assert Fallback.load(mode).decide(text) == verdict
+
+
+async def test_verdicts_are_cached_under_the_model_digest_not_its_version(
+    pipeline: Pipeline, classifier: Classifier
+) -> None:
+    # A hand-written manifest may reuse `name@version` for other weights; the digest differs.
+    await pipeline.process([message(0, "gg wp")])
+    (ids,) = classifier.encode(["gg wp"])
+    assert pipeline.cache.l1.get(cache_key(classifier.info.sha256, ids)) is not None
+    assert pipeline.cache.l1.get(cache_key(classifier.info.ident, ids)) is None
+    other = cache_key("0" * 64, ids)
+    assert other != cache_key(classifier.info.sha256, ids)

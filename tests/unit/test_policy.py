@@ -77,3 +77,52 @@ def test_a_tie_goes_to_the_label_listed_first() -> None:
         "block",
         "self_harm",
     )
+
+
+def test_a_new_action_is_a_policy_change() -> None:
+    # `review` between nudge and block, from the file alone: severity is the order listed.
+    policy = Policy.from_mapping(
+        {
+            "name": "p",
+            "version": 1,
+            "actions": ["nudge", "review", "block"],
+            "labels": {"insult": {"nudge": 0.5, "review": 0.8, "block": 0.95}, "a": {"nudge": 0.1}},
+        }
+    )
+    assert policy.actions == ("allow", "nudge", "review", "block")
+    assert policy.decide({"insult": 0.85, "a": 1.0}) == ("review", "insult")
+    assert policy.decide({"insult": 0.97}) == ("block", "insult")
+    assert policy.decide({"insult": 0.6}) == ("nudge", "insult")
+
+
+@pytest.mark.parametrize(
+    "actions", [[], ["allow", "block"], ["block", "block"], "block", [""], [1]]
+)
+def test_invalid_action_lists_are_rejected(actions: object) -> None:
+    with pytest.raises(PolicyError):
+        Policy.from_mapping({"name": "x", "version": 1, "actions": actions, "labels": {}})
+
+
+def test_a_threshold_for_an_action_the_policy_lacks_is_rejected() -> None:
+    with pytest.raises(PolicyError, match="'warn'"):
+        Policy.from_mapping(
+            {"name": "x", "version": 1, "actions": ["warn"], "labels": {"a": {"block": 0.5}}}
+        )
+
+
+def test_json_null_means_no_threshold() -> None:
+    policy = Policy.from_mapping(
+        {"name": "j", "version": 1, "labels": {"a": {"nudge": None, "block": 0.5}}}
+    )
+    assert policy.decide({"a": 0.4}) == ("allow", None)
+    assert policy.decide({"a": 0.6}) == ("block", "a")
+
+
+def test_the_tuner_writes_a_policy_it_reads_back(tmp_path: Path) -> None:
+    from models import realtext, tuning
+
+    table = realtext.thresholds(0.75, 0.95)
+    path = tmp_path / "policy.toml"
+    path.write_text(tuning.render_policy(table, "# tuned\n", 7))
+    assert tuning.read_thresholds(path) == (7, table)
+    assert Policy.load(path).decide({"threat": 0.96, "toxicity": 0.8}) == ("block", "threat")

@@ -1,8 +1,8 @@
-"""The service's publish bookkeeping without a broker: which failures count as refusals, when a
+"""The publisher's bookkeeping without a broker: which failures count as refusals, when a
 refused outcome is diverted, and that no offset moves before its replacement is acknowledged.
 
-Only the hand-off to the producer (`Moderator._send`) is replaced, by futures the test resolves
-as the broker would; the publish loop, re-sends and commit bookkeeping are the service's own.
+Only the producer is replaced, by one whose sends return futures the test resolves as the broker
+would; the publish loop, re-sends, diversion and the offset ledger are the service's own.
 The same behaviour against the real broker is in tests/integration/test_publish_failure.py.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import deque
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
@@ -18,15 +18,16 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError, UnknownError
 from aiokafka.structs import TopicPartition
 
-from moderator import service
-from moderator.config import Settings
+from moderator.ledger import OffsetLedger
+from moderator.metrics import Metrics
 from moderator.pipeline import Outcome
+from moderator.publisher import Fetched, Publisher
 from moderator.records import DLQ_ERROR_CODE
-from moderator.service import Moderator, _Unit
 
 IN, OUT, DLQ = "chat.messages", "chat.decisions", "chat.messages.dlq"
 REFUSED_TP = TopicPartition(IN, 0)
 OTHER_TP = TopicPartition(IN, 1)
+WAIT_S = 1.0  # the longest any step may take; each waits on its condition, not a clock
 
 
 class Record(NamedTuple):
@@ -38,33 +39,107 @@ class Record(NamedTuple):
     timestamp: int = 1_000
 
 
+class Payload(NamedTuple):
+    """What the producer was handed for one record."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
 class Send(NamedTuple):
     topic: str
-    outcome: Outcome
+    outcome: Payload
     alone: bool
     future: asyncio.Future[Any]
 
 
-class Harness:
-    """A moderator whose producer hand-off is a list of sends the test answers."""
+class Batch:
+    """A one-record batch, as `AIOKafkaProducer.create_batch` builds for a send alone."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, attempts: int) -> None:
-        self.m = Moderator(Settings(publish_attempts=attempts))
+    def __init__(self) -> None:
+        self.payload: Payload | None = None
+
+    def append(self, *, key: bytes | None, value: bytes | None, timestamp: None,
+               headers: list[tuple[str, bytes]]) -> None:  # fmt: skip
+        self.payload = Payload(key, value, list(headers))
+
+    def close(self) -> None:
+        pass
+
+
+class Producer:
+    """A producer whose every send is a future the test answers."""
+
+    def __init__(self) -> None:
         self.sends: list[Send] = []
-        self.offsets = itertools.count()
-        monkeypatch.setattr(self.m, "_send", self._send)
-        monkeypatch.setattr(service, "RETRY_BACKOFF_S", (0.0,))  # re-send at the next tick
-        for tp in (REFUSED_TP, OTHER_TP):
-            self.m._deliveries[tp] = deque()
-        self.loop_task = asyncio.create_task(self.m._publish_loop())
 
-    async def _send(self, topic: str, outcome: Outcome, *, alone: bool = False) -> Any:
+    def _record(self, topic: str, payload: Payload, alone: bool) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
-        self.sends.append(Send(topic, outcome, alone, future))
+        self.sends.append(Send(topic, payload, alone, future))
         return future
 
-    async def publish(self, tp: TopicPartition, offset: int, *, dead_letter: bool = False) -> Send:
-        """One outcome (a decision, or a dead letter) through the publish loop; its first send."""
+    async def send(self, topic: str, value: bytes | None, key: bytes | None,
+                   headers: list[tuple[str, bytes]] | None) -> asyncio.Future[Any]:  # fmt: skip
+        return self._record(topic, Payload(key, value, list(headers or [])), alone=False)
+
+    def create_batch(self) -> Batch:
+        return Batch()
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1}
+
+    async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        assert batch.payload is not None
+        return self._record(topic, batch.payload, alone=True)
+
+    async def stop(self) -> None:
+        pass
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait (yielding to the loop) until `condition` holds, at most `WAIT_S`."""
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0)
+
+
+class Harness:
+    """A publisher and an offset ledger wired as the service wires them, on a test producer."""
+
+    def __init__(self, attempts: int, backoff_s: tuple[float, ...] = (0.0,)) -> None:
+        self.metrics = Metrics()
+        self.producer = Producer()
+        self.ledger = OffsetLedger()
+        self.ledger.assign([REFUSED_TP, OTHER_TP])
+        self.failures: list[asyncio.Task[Any]] = []
+        self.publisher = Publisher(
+            self.producer,
+            out_topic=OUT,
+            dlq_topic=DLQ,
+            publish_attempts=attempts,
+            metrics=self.metrics,
+            on_acked=self.ledger.ack,
+            on_failure=self._failed,
+            backoff_s=backoff_s,  # by default, re-send at the next tick
+        )
+        self.offsets = itertools.count()
+        self.publisher.start()
+
+    def _failed(self, task: asyncio.Task[Any]) -> None:
+        self.failures.append(task)
+
+    @property
+    def sends(self) -> list[Send]:
+        return self.producer.sends
+
+    async def publish(
+        self, tp: TopicPartition, offset: int, *, dead_letter: bool = False, revoked: bool = False
+    ) -> Send:
+        """One outcome (a decision, or a dead letter) through the publish loop; its first send.
+        `revoked`: its partition is given up while the outcome is on its way to the publisher."""
         record = Record(tp.topic, tp.partition, offset)
         if dead_letter:
             outcome = Outcome(True, b"c-1", b"{broken", [(DLQ_ERROR_CODE, b"invalid_json")],
@@ -75,50 +150,57 @@ class Harness:
         async def outcomes() -> list[Outcome]:
             return [outcome]
 
-        self.m._add_in_flight(1)
-        self.m._units.put_nowait(_Unit([record], asyncio.create_task(outcomes())))
+        self.ledger.assign([tp])
+        entry = self.ledger.track(tp, offset)
+        if revoked:
+            self.publisher.abandon(self.ledger.abandon([tp]))
+        self.publisher.submit([Fetched(entry, record)], asyncio.create_task(outcomes()))
         return await self.next_send()
 
     async def next_send(self) -> Send:
         seen = len(self.sends)
-        for _ in range(200):
-            await asyncio.sleep(0.005)
-            if len(self.sends) > seen:
-                return self.sends[-1]
-        raise AssertionError("nothing was sent")
+        await until(lambda: len(self.sends) > seen, "something is sent")
+        return self.sends[-1]
 
     async def ack_other(self, topic: str = OUT) -> None:
         """The broker takes another record of `topic` (so the topic is not refusing all)."""
-        send = await self.publish(OTHER_TP, next(self.offsets), dead_letter=topic == DLQ)
+        offset = next(self.offsets)
+        send = await self.publish(OTHER_TP, offset, dead_letter=topic == DLQ)
         assert send.topic == topic
         send.future.set_result(None)
-        await asyncio.sleep(0.01)  # the re-send task ends, then its done-callbacks run
+        await until(lambda: self.ledger.committable(OTHER_TP) == offset + 1, "the ack lands")
 
     async def fail(self, send: Send, exc: Exception) -> Send:
-        """Answer `send` with `exc`; the next commit tick re-sends it; returns that re-send."""
+        """Answer `send` with `exc`; the publisher re-sends it; returns that re-send."""
         send.future.set_exception(exc)
-        await asyncio.sleep(0.01)
-        self.m._advance()
         return await self.next_send()
 
+    async def answer(self, send: Send, exc: Exception | None = None) -> None:
+        """Answer `send` (acknowledged, or failed with `exc`) and let its callbacks run."""
+        if exc is None:
+            send.future.set_result(None)
+        else:
+            send.future.set_exception(exc)
+        for _ in range(3):  # the future's callbacks, then what they schedule
+            await asyncio.sleep(0)
+
     def committable(self) -> int | None:
-        self.m._advance()
-        return self.m._committable.get(REFUSED_TP)
+        return self.ledger.committable(REFUSED_TP)
 
     def refused(self, outcome: str) -> float:
-        value = self.m.metrics.registry.get_sample_value(
+        value = self.metrics.registry.get_sample_value(
             "moderator_publish_refused_total", {"outcome": outcome}
         )  # fmt: skip
         return value or 0.0
 
     async def close(self) -> None:
-        self.loop_task.cancel()
-        await asyncio.gather(self.loop_task, return_exceptions=True)
+        await self.publisher.stop()
+        assert not self.failures, "no publisher task died"
 
 
 @pytest.fixture
-async def harness(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Any:
-    h = Harness(monkeypatch, getattr(request, "param", 3))
+async def harness(request: pytest.FixtureRequest) -> Any:
+    h = Harness(getattr(request, "param", 3))
     yield h
     await h.close()
 
@@ -139,11 +221,10 @@ async def test_a_refused_decision_is_diverted_and_committed_only_after_its_dead_
     assert send.outcome.value == Record(IN, 0, 7).value
     assert h.refused("decision") == 1
     assert h.committable() is None, "not committed before the dead letter is acknowledged"
-    assert h.m._in_flight > 0
-    send.future.set_result(None)
-    await asyncio.sleep(0.01)
+    assert h.ledger.in_flight > 0
+    await h.answer(send)
     assert h.committable() == 8
-    assert h.m.metrics.registry.get_sample_value(
+    assert h.metrics.registry.get_sample_value(
         "moderator_dead_letters_total", {"reason": "publish_failed"}
     ) == 1  # fmt: skip
 
@@ -160,8 +241,7 @@ async def test_timeouts_and_refusals_while_the_topic_takes_nothing_do_not_count(
         send = await h.fail(send, KafkaTimeoutError())  # an outage, never a refusal
     assert send.topic == OUT
     assert h.refused("decision") == 0
-    send.future.set_result(None)  # the broker takes it after all
-    await asyncio.sleep(0.01)
+    await h.answer(send)  # the broker takes it after all
     assert h.committable() == 8
 
 
@@ -212,17 +292,46 @@ async def test_work_of_a_partition_given_up_is_no_longer_in_flight(harness: Harn
     h = harness
     send = await h.publish(REFUSED_TP, 7)
     send = await h.fail(send, KafkaTimeoutError())  # being re-sent
-    assert h.m._in_flight == 1
-    h.m._abandon(h.m._deliveries.pop(REFUSED_TP))
-    await asyncio.sleep(0.01)
-    assert h.m._in_flight == 0
+    assert h.ledger.in_flight == 1
+    h.publisher.abandon(h.ledger.abandon([REFUSED_TP]))  # as the service's release does
+    assert h.ledger.in_flight == 0
     assert send.future.cancelled()
     revoked = TopicPartition(IN, 9)  # published after its partition was revoked
-    late = await h.publish(revoked, 3)
-    late.future.set_exception(KafkaTimeoutError())
-    await asyncio.sleep(0.01)
-    h.m._advance()
-    assert h.m._in_flight == 0
+    late = await h.publish(revoked, 3, revoked=True)
+    await h.answer(late, KafkaTimeoutError())
+    assert h.ledger.in_flight == 0
     sends = len(h.sends)
     await asyncio.sleep(0.05)
     assert len(h.sends) == sends, "nothing given up is re-sent"
+
+
+async def test_a_re_send_waits_for_its_backoff_only_and_stop_cancels_it() -> None:
+    """Re-sends are scheduled by the delivery's own failure, not by a commit tick; a re-send
+    still waiting out its backoff is the publisher's task, and stopping cancels it."""
+    h = Harness(3, backoff_s=(0.0, 60.0))
+    send = await h.publish(REFUSED_TP, 7)
+    await h.fail(send, KafkaTimeoutError())  # backoff 0: re-sent with no commit in between
+    sends = len(h.sends)
+    await h.answer(h.sends[-1], KafkaTimeoutError())
+
+    def resends() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if t.get_name() == "moderator-resend"]
+
+    assert [t.done() for t in resends()] == [False], "one re-send waiting out its backoff"
+    await h.close()
+    assert not resends(), "stopping the publisher cancelled it"
+    assert len(h.sends) == sends
+
+
+async def test_a_pipeline_failure_is_reported_not_swallowed() -> None:
+    h = Harness(3)
+    entry = h.ledger.track(REFUSED_TP, 7)
+
+    async def broken() -> list[Outcome]:
+        raise RuntimeError("a bug in the pipeline")
+
+    h.publisher.submit([Fetched(entry, Record(IN, 0, 7))], asyncio.create_task(broken()))
+    await until(lambda: bool(h.failures), "the publisher reports its dead loop")
+    assert isinstance(h.failures[0].exception(), RuntimeError)
+    assert not h.sends
+    await h.publisher.stop()

@@ -15,9 +15,10 @@ from aiokafka.errors import (
 )
 
 from moderator import redaction
-from moderator.config import Settings, redact_url, url_secrets
+from moderator.config import Settings
 from moderator.connect import describe_failure
 from moderator.errors import ConfigError
+from moderator.redaction import redact_url, url_secrets
 
 
 def test_redact_url_hides_user_info_and_query_passwords() -> None:

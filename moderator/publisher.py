@@ -1,0 +1,275 @@
+"""Publishing outcomes: in fetch order, re-sent until the broker acknowledges them.
+
+A single loop sends the outcomes of each fetched batch in fetch order, so decisions for a
+partition leave in input order; every acknowledgement is reported (`on_acked`) so the offset
+ledger can move. A failed delivery is re-sent with backoff, scheduled from its own delivery
+callback, until it succeeds, or, when the broker refuses the record itself, until its
+diversion to the dead-letter topic succeeds (moderator/refusal.py).
+
+Which refusals are the record's own: once refused, a record is re-sent in a batch of its own
+(the broker refuses whole batches, so batch-mates of a bad record are refused with it), and a
+refusal counts toward `publish_attempts` only if the topic took other records between that
+attempt and its re-send. A topic that refuses everything (a bad schema, a broker fault) is held
+like an outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner
+
+from moderator.ledger import Entry
+from moderator.metrics import Metrics
+from moderator.pipeline import InboundRecord, Outcome
+from moderator.refusal import describe, divert, is_refusal
+
+log = logging.getLogger(__name__)
+
+RETRY_BACKOFF_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+RETRY_JITTER = 0.5  # each back-off is drawn from [0.5x, 1.5x]
+
+
+class Producer(Protocol):
+    """What the publisher uses of aiokafka's `AIOKafkaProducer`."""
+
+    async def send(self, topic: str, value: Any, key: Any, headers: Any) -> Any: ...
+    def create_batch(self) -> Any: ...
+    async def partitions_for(self, topic: str) -> Any: ...
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any: ...
+    async def stop(self) -> None: ...
+
+
+class Fetched(NamedTuple):
+    """One record of a fetched batch and its place in the offset ledger."""
+
+    entry: Entry
+    record: InboundRecord
+
+
+@dataclass(eq=False)
+class _Delivery:
+    """One outcome on its way to the broker, across re-sends and a diversion."""
+
+    entry: Entry
+    record: InboundRecord
+    topic: str
+    outcome: Outcome
+    sent_at: float = field(default_factory=time.monotonic)  # the current attempt's
+    attempts: int = 0
+    alone: bool = False  # re-send in a batch of its own (it was refused once)
+    refusals: int = 0  # refusals of it alone while its topic took other records
+    future: asyncio.Future[Any] | None = None  # the current attempt's acknowledgement
+    retry: asyncio.Task[None] | None = None  # a re-send waiting out its backoff
+
+
+class Publisher:
+    """Owns the producer: sends outcomes in order, re-sends, diverts, reports acks.
+
+    `on_acked(entry)` is called once per acknowledged outcome; `on_failure(task)` when one of
+    its tasks ends other than by `stop()` (a pipeline failure reaches it here, through the
+    publish loop), which must stop the service.
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        *,
+        out_topic: str,
+        dlq_topic: str,
+        publish_attempts: int,
+        metrics: Metrics,
+        on_acked: Callable[[Entry], None],
+        on_failure: Callable[[asyncio.Task[Any]], None],
+        backoff_s: Sequence[float] = RETRY_BACKOFF_S,
+    ) -> None:
+        self.producer = producer
+        self.out_topic = out_topic
+        self.dlq_topic = dlq_topic
+        self.publish_attempts = publish_attempts
+        self.metrics = metrics
+        self._on_acked = on_acked
+        self._on_failure = on_failure
+        self._backoff_s = tuple(backoff_s)
+        self._batches: asyncio.Queue[tuple[list[Fetched], Awaitable[list[Outcome]]]] = (
+            asyncio.Queue()
+        )
+        self._unacked: dict[Entry, _Delivery] = {}
+        self._last_ack: dict[str, float] = {}  # topic → when the broker last took a record
+        self._partitioner = DefaultPartitioner()
+        self._loop: asyncio.Task[None] | None = None
+        self._retries: set[asyncio.Task[None]] = set()
+        self._stopped = False
+
+    def start(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.create_task(self._publish_loop(), name="moderator-publish")
+            self._loop.add_done_callback(self._task_done)
+
+    def submit(self, batch: list[Fetched], outcomes: Awaitable[list[Outcome]]) -> None:
+        """Publish `outcomes` (one per record of `batch`, in order) after earlier batches."""
+        self._batches.put_nowait((batch, outcomes))
+
+    def abandon(self, entries: Iterable[Entry]) -> None:
+        """Stop re-sending outcomes of entries given up (their partition moved elsewhere)."""
+        for entry in entries:
+            delivery = self._unacked.pop(entry, None)
+            if delivery is None:
+                continue
+            if delivery.retry is not None:
+                delivery.retry.cancel()
+            if delivery.future is not None and not delivery.future.done():
+                delivery.future.cancel()
+
+    async def stop(self) -> None:
+        """Cancel the publish loop and every pending re-send, then stop the producer. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        tasks = [t for t in (self._loop, *self._retries) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.producer.stop()
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def _publish_loop(self) -> None:
+        while True:
+            batch, pending = await self._batches.get()
+            outcomes = await pending  # a pipeline failure is a bug: it stops the service
+            for (entry, record), outcome in zip(batch, outcomes, strict=True):
+                topic = self.dlq_topic if outcome.dead_letter else self.out_topic
+                delivery = _Delivery(entry, record, topic, outcome)
+                if not entry.abandoned:
+                    self._unacked[entry] = delivery
+                self._watch(delivery, await self._send(topic, outcome))
+
+    def _watch(self, delivery: _Delivery, future: asyncio.Future[Any]) -> None:
+        delivery.future = future
+        future.add_done_callback(functools.partial(self._on_delivered, delivery))
+
+    async def _send(
+        self, topic: str, outcome: Outcome, *, alone: bool = False
+    ) -> asyncio.Future[Any]:
+        """Hand one record to the producer; a failure to enqueue is a failed delivery."""
+        try:
+            if alone:
+                future: asyncio.Future[Any] = await self._send_alone(topic, outcome)
+            else:
+                future = await self.producer.send(
+                    topic, value=outcome.value, key=outcome.key, headers=outcome.headers or None
+                )
+        except KafkaError as exc:
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(exc)
+        return future
+
+    async def _send_alone(self, topic: str, outcome: Outcome) -> asyncio.Future[Any]:
+        """One record in a closed batch of its own, to the partition `send` would pick, so the
+        broker's answer is about this record alone."""
+        batch = self.producer.create_batch()
+        batch.append(key=outcome.key, value=outcome.value, timestamp=None,
+                     headers=outcome.headers)  # fmt: skip
+        batch.close()
+        partitions = sorted(await self.producer.partitions_for(topic))
+        partition = self._partitioner(outcome.key, partitions, partitions)
+        future: asyncio.Future[Any] = await self.producer.send_batch(
+            batch, topic, partition=partition
+        )
+        return future
+
+    # -- acknowledgements and re-sends -----------------------------------------------------
+
+    def _on_delivered(self, delivery: _Delivery, future: asyncio.Future[Any]) -> None:
+        exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
+        if exc is not None:
+            if not delivery.entry.abandoned and not self._stopped:
+                self._schedule_retry(delivery, exc)
+            return
+        self._last_ack[delivery.topic] = time.monotonic()
+        if delivery.outcome.dead_letter:
+            self.metrics.dead_letters.labels(delivery.outcome.label).inc()
+        else:
+            self.metrics.decisions.labels(delivery.outcome.label).inc()
+        self._unacked.pop(delivery.entry, None)
+        self._on_acked(delivery.entry)
+
+    def _schedule_retry(self, delivery: _Delivery, exc: BaseException) -> None:
+        backoff_s = self._backoff_s[min(delivery.attempts, len(self._backoff_s) - 1)]
+        # Jitter: deliveries that failed together (one produce batch) must not be re-sent
+        # together forever.
+        backoff_s *= random.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)  # noqa: S311
+        delivery.attempts += 1
+        log.warning(
+            "publishing to %s failed (%s); retry %d in %.2fs",
+            delivery.topic, exc, delivery.attempts, backoff_s,
+        )  # fmt: skip
+        self.metrics.publish_retries.inc()
+        task = asyncio.create_task(self._retry(delivery, exc, backoff_s), name="moderator-resend")
+        delivery.retry = task
+        self._retries.add(task)
+        task.add_done_callback(self._retry_done)
+
+    def _retry_done(self, task: asyncio.Task[None]) -> None:
+        self._retries.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._on_failure(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled():  # the loop never ends by itself: that is a failure too
+            self._on_failure(task)
+
+    async def _retry(self, delivery: _Delivery, exc: BaseException, backoff_s: float) -> None:
+        await asyncio.sleep(backoff_s)
+        delivery.retry = None
+        if delivery.entry.abandoned:  # given up while it waited
+            return
+        if is_refusal(exc):
+            # Its own refusal only if it went alone and the topic took other records meanwhile.
+            if delivery.alone and self._last_ack.get(delivery.topic, 0) > delivery.sent_at:
+                delivery.refusals += 1
+                limit = self.publish_attempts
+                if limit and delivery.refusals >= limit:
+                    self._divert(delivery, exc)
+            else:
+                delivery.alone = True
+        delivery.sent_at = time.monotonic()
+        sent = await self._send(delivery.topic, delivery.outcome, alone=delivery.alone)
+        self._watch(delivery, sent)
+
+    def _divert(self, delivery: _Delivery, exc: BaseException) -> None:
+        """Swap a refused outcome for its dead letter (moderator/refusal.py), if it has one."""
+        r = delivery.record
+        where = f"{r.topic}[{r.partition}]@{r.offset}"
+        diverted = divert(delivery.outcome, r, exc, delivery.refusals)
+        if diverted is None:
+            if delivery.refusals == self.publish_attempts:  # said once
+                self.metrics.publish_refused.labels("receipt").inc()
+                log.error(
+                    "the broker refused the dead-letter receipt for %s %d times (%s); re-sending "
+                    "it until it is taken, and holding the partition's commits",
+                    where, delivery.refusals, describe(exc),
+                )  # fmt: skip
+            return
+        kind = "dead_letter" if delivery.outcome.dead_letter else "decision"
+        log.error(
+            "the broker refused the %s for %s %d times (%s); diverting it to %s",
+            kind.replace("_", " "), where, delivery.refusals, describe(exc), self.dlq_topic,
+        )  # fmt: skip
+        self.metrics.publish_refused.labels(kind).inc()
+        delivery.outcome = diverted
+        delivery.topic = self.dlq_topic
+        delivery.attempts = delivery.refusals = 0
+        delivery.alone = False  # a new record: batched like any other until refused
