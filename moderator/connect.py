@@ -1,4 +1,4 @@
-"""Starting a Kafka client, with an error that says what failed and which settings to check.
+"""Starting a Kafka client with an error that says what to check; stopping any client in time.
 
 aiokafka reports a refused TLS certificate or SASL password as "Unable to bootstrap", and a
 SCRAM rejection from some brokers as a bare `KeyError`; an operator needs the address, the
@@ -7,6 +7,8 @@ security protocol and the settings to look at instead. Credentials never enter t
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import struct
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -22,12 +24,34 @@ from aiokafka.errors import (
 
 from moderator.errors import KafkaConnectError
 
+log = logging.getLogger(__name__)
+
+# aiokafka's consumer.stop() can wait forever on its heartbeat task (aio-libs/aiokafka#773);
+# seen here under CPU starvation, after the offsets were committed. A process that has finished
+# its work must still exit.
+STOP_TIMEOUT_S = 10.0
+
 REFUSED_LOGIN = (SaslAuthenticationFailed, AuthenticationFailedError, IllegalSaslStateError)
 UNSUPPORTED_MECHANISM = (UnsupportedSaslMechanismError, AuthenticationMethodNotSupported)
 
 
 class _Startable(Protocol):
     async def start(self) -> None: ...
+
+
+class _Stoppable(Protocol):
+    async def stop(self) -> None: ...
+
+
+async def stop_within(client: _Stoppable, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """`await client.stop()`, given up (with one warning) after `timeout_s`; never raises."""
+    name = type(client).__name__
+    try:
+        await asyncio.wait_for(client.stop(), timeout_s)
+    except TimeoutError:
+        log.warning("%s did not stop within %g s; going on without it", name, timeout_s)
+    except Exception:
+        log.exception("error while stopping %s", name)
 
 
 async def start_client(client: _Startable, options: Mapping[str, Any], role: str) -> None:

@@ -26,7 +26,7 @@ from moderator.batcher import BatchScorer
 from moderator.cache import VerdictCache
 from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.connect import start_client
+from moderator.connect import start_client, stop_within
 from moderator.degrade import Fallback
 from moderator.ledger import Entry, OffsetLedger
 from moderator.metrics import Metrics, MetricsServer
@@ -229,10 +229,7 @@ class Moderator:
             unit_task.cancel()
         for closer in (self._consumer, self._scorer, self._publisher, self._cache):
             if closer is not None:
-                try:
-                    await closer.stop()
-                except Exception:
-                    log.exception("error while stopping %s", type(closer).__name__)
+                await stop_within(closer)
         if self._metrics_server is not None:
             self._metrics_server.stop()
         self._stopped.set()

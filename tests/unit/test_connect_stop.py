@@ -1,0 +1,49 @@
+"""Stopping a client is bounded: a close that hangs must not keep a finished process alive."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from moderator.connect import stop_within
+
+
+class Hangs:
+    """A client whose stop() never returns, like aiokafka's consumer in aio-libs/aiokafka#773."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def stop(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+class Fails:
+    async def stop(self) -> None:
+        raise RuntimeError("boom")
+
+
+async def test_a_stop_that_hangs_is_given_up_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = Hangs()
+    with caplog.at_level(logging.WARNING, logger="moderator.connect"):
+        await asyncio.wait_for(stop_within(client, timeout_s=0.05), timeout=5)
+    assert client.cancelled, "the hanging stop() was cancelled, not left running"
+    assert [r.getMessage() for r in caplog.records] == [
+        "Hangs did not stop within 0.05 s; going on without it"
+    ]
+
+
+async def test_a_stop_that_fails_is_logged_and_does_not_raise(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="moderator.connect"):
+        await stop_within(Fails())
+    assert "error while stopping Fails" in caplog.text
