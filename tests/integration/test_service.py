@@ -8,7 +8,9 @@ from typing import Any
 
 import orjson
 import pytest
+import redis.asyncio as aioredis
 
+from moderator.cache import cache_key
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.embedded import EmbeddedRedis
@@ -17,6 +19,7 @@ from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFS
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
 from tests.contract import check_dead_letter_headers
+from tests.waiting import eventually
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
 
 pytestmark = pytest.mark.integration
@@ -71,6 +74,10 @@ async def metric(port: int, line_prefix: str) -> float:
     return total
 
 
+async def metric_at_least(port: int, line_prefix: str, value: float) -> bool:
+    return await metric(port, line_prefix) >= value
+
+
 async def test_n_messages_in_n_valid_decisions_out(
     settings: Settings, moderator: Moderator, classifier: Classifier
 ) -> None:
@@ -102,7 +109,10 @@ async def test_n_messages_in_n_valid_decisions_out(
 
     port = moderator.metrics_port
     assert port is not None
-    await asyncio.sleep(0.3)  # acks are counted in a done-callback
+    # Acks are counted in a done-callback: wait for the count, then check it is exact.
+    await eventually(
+        lambda: metric_at_least(port, "moderator_decisions_total", n), f"{n} decisions counted"
+    )
     assert await metric(port, "moderator_decisions_total") == n
     assert await metric(port, "moderator_messages_consumed_total") == n
     assert await asyncio.to_thread(http_get, port, "/readyz") == b"ready\n"
@@ -179,7 +189,10 @@ async def test_malformed_records_are_dead_lettered_and_the_stream_goes_on(
 
     port = moderator.metrics_port
     assert port is not None
-    await asyncio.sleep(0.3)
+    await eventually(
+        lambda: metric_at_least(port, "moderator_dead_letters_total", len(MALFORMED)),
+        "every dead letter counted",
+    )
     assert await metric(port, "moderator_dead_letters_total") == len(MALFORMED)
     assert await metric(port, 'moderator_dead_letters_total{reason="invalid_json"}') == 2
 
@@ -201,7 +214,13 @@ async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
     assert decisions["m-2"]["action"] == decisions["m-1"]["action"]
 
     # A new process has an empty L1: the verdict now comes from Redis.
-    await asyncio.sleep(0.3)  # the Redis write is in the background
+    # The Redis write is in the background: wait until Redis holds the verdict.
+    key = cache_key(classifier.info.sha256, classifier.encode(["you absolute clown!!"])[0])
+    redis = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        await eventually(lambda: redis.exists(key), "the verdict is in Redis")
+    finally:
+        await redis.aclose()
     fresh = settings.replace(group_id=settings.group_id + "-2")
     async with Moderator(fresh, classifier=classifier) as second:
         await second.wait_ready(30)
@@ -212,8 +231,12 @@ async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
         again = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(3))
         port = second.metrics_port
         assert port is not None
-        await asyncio.sleep(0.3)
-        assert await metric(port, 'moderator_cache_requests_total{level="redis",result="hit"}') >= 1
+        await eventually(
+            lambda: metric_at_least(
+                port, 'moderator_cache_requests_total{level="redis",result="hit"}', 1
+            ),
+            "a Redis hit counted",
+        )
     assert decisions_by_id(again)["m-3"]["cached"] is True
     assert decisions_by_id(again)["m-3"]["scores"] == decisions["m-1"]["scores"]
 

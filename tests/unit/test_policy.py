@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,41 @@ def test_the_tuner_writes_a_policy_it_reads_back(tmp_path: Path) -> None:
     path.write_text(tuning.render_policy(table, "# tuned\n", 7))
     assert tuning.read_thresholds(path) == (7, table)
     assert Policy.load(path).decide({"threat": 0.96, "toxicity": 0.8}) == ("block", "threat")
+
+
+BOUNDARY = Policy.from_mapping(
+    {
+        "name": "edges",
+        "version": 1,
+        "actions": ["nudge", "review", "block"],
+        "labels": {"a": {"nudge": 0.25, "review": 0.5, "block": 0.75}},
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("score", "action"),
+    [
+        (0.0, "allow"),
+        (math.nextafter(0.25, 0.0), "allow"),
+        (0.25, "nudge"),  # exactly on a threshold reaches it
+        (math.nextafter(0.5, 0.0), "nudge"),
+        (0.5, "review"),
+        (math.nextafter(0.75, 0.0), "review"),
+        (0.75, "block"),
+        (1.0, "block"),
+    ],
+)
+def test_a_score_exactly_on_a_threshold_reaches_it_and_one_just_below_does_not(
+    score: float, action: str
+) -> None:
+    assert BOUNDARY.decide({"a": score}) == (action, None if action == "allow" else "a")
+
+
+def test_a_threshold_of_zero_triggers_on_any_score_and_one_only_on_certainty() -> None:
+    policy = Policy.from_mapping(
+        {"name": "p", "version": 1, "labels": {"a": {"nudge": 0.0}, "b": {"block": 1.0}}}
+    )
+    assert policy.decide({"a": 0.0}) == ("nudge", "a")
+    assert policy.decide({"b": math.nextafter(1.0, 0.0)}) == ("allow", None)
+    assert policy.decide({"b": 1.0}) == ("block", "b")
