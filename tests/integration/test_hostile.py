@@ -13,8 +13,8 @@ from loadgen.chaos.hostile import CASES, DECISION, MIB, burst
 from moderator.config import Settings
 from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from moderator.service import Moderator
-from tests.waiting import eventually
 from tests.integration.kafka_io import consume, decisions_by_id
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFS
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
 from tests.contract import check_dead_letter_headers
-from tests.waiting import eventually
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -104,3 +104,13 @@ def test_acks_out_of_order_commit_the_acknowledged_prefix_never_the_highest_ack(
         (24, 26, {A: 26}),
     ]
     assert ledger.pending([A]) == 0
+
+
+def test_giving_up_a_partition_never_owned_changes_nothing() -> None:
+    ledger = OffsetLedger()
+    ledger.assign([A])
+    entry = ledger.track(A, 0)
+    assert ledger.abandon([B]) == []
+    assert ledger.in_flight == 1
+    ledger.ack(entry)
+    assert ledger.committable(A) == 1

@@ -105,7 +105,11 @@ def test_a_record_exactly_at_the_size_limit_parses_and_one_byte_over_is_too_larg
 def test_the_dead_letter_headers_carry_the_source_exactly() -> None:
     error = InvalidRecord("invalid_json", "the value is not valid JSON")
     headers = dlq_headers(
-        error, topic="chat.in", partition=3, offset=9_007_199_254_740_993, timestamp_ms=1732240000123
+        error,
+        topic="chat.in",
+        partition=3,
+        offset=9_007_199_254_740_993,
+        timestamp_ms=1732240000123,
     )
     assert headers == [
         (DLQ_ERROR_CODE, b"invalid_json"),
@@ -115,3 +119,33 @@ def test_the_dead_letter_headers_carry_the_source_exactly() -> None:
         (DLQ_SOURCE_OFFSET, b"9007199254740993"),
         (DLQ_SOURCE_TIMESTAMP, b"1732240000123"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "the record has no value (a tombstone?)"),
+        (b"[1]", "the value is JSON list, not an object"),
+        (good(channel_id=5), "'channel_id' must be a string, got integer"),
+        (good(text=["a"]), "'text' must be a string, got array"),
+        (good(text=None), "'text' must be a string, got null"),
+        (good(text={}), "'text' must be a string, got object"),
+        (good(user_id=False), "'user_id' must be a string, got boolean"),
+        (good(sent_at_ms="yesterday"), "'sent_at_ms' must be an integer, got string"),
+        (good(sent_at_ms=1.5), "'sent_at_ms' must be an integer, got number"),
+    ],
+)
+def test_the_message_of_a_bad_record_names_the_field_and_the_json_type_it_got(
+    value: bytes | None, message: str
+) -> None:
+    with pytest.raises(InvalidRecord) as info:
+        parse(value)
+    assert info.value.message == message
+
+
+def test_latencies_are_rounded_to_the_microsecond() -> None:
+    msg = parse(good())
+    raw = encode_decision(msg, action="allow", reason=None, scores={}, model="m@1", policy="p@1",
+                          cached=False, degraded=False, timing=Timing(1.23456, 2.34567, 3.45678),
+                          decided_at_ms=1, over_budget=False)  # fmt: skip
+    assert orjson.loads(raw)["latency_ms"] == {"queue": 1.235, "score": 2.346, "total": 3.457}
