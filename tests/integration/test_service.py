@@ -15,7 +15,14 @@ from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.embedded import EmbeddedRedis
 from moderator.policy import Policy
-from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET
+from moderator.records import (
+    DLQ_ERROR_CODE,
+    DLQ_ERROR_MESSAGE,
+    DLQ_SOURCE_OFFSET,
+    DLQ_SOURCE_PARTITION,
+    DLQ_SOURCE_TIMESTAMP,
+    DLQ_SOURCE_TOPIC,
+)
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
 from tests.contract import check_dead_letter_headers
@@ -174,13 +181,23 @@ async def test_malformed_records_are_dead_lettered_and_the_stream_goes_on(
         settings.kafka_bootstrap, settings.dlq_topic, until=lambda r: len(r) >= len(MALFORMED)
     )
     assert len(dead) == len(MALFORMED)
+    # Where each bad record really is on the input topic, read back from the broker.
+    inputs = await consume(
+        settings.kafka_bootstrap, settings.in_topic, until=lambda r: len(r) >= len(records)
+    )
+    source = {r.value: r for r in inputs if r.key is not None and r.key.startswith(b"bad-")}
+    assert len(source) == len(MALFORMED)
     for record in dead:
         headers = dict(record.headers)
         check_dead_letter_headers(record.headers)
         assert record.value in expected, "the dead letter's value is the untouched input"
         assert headers[DLQ_ERROR_CODE].decode() == expected[record.value]
         assert headers[DLQ_ERROR_MESSAGE]
-        assert int(headers[DLQ_SOURCE_OFFSET]) >= 0
+        original = source[record.value]
+        assert headers[DLQ_SOURCE_TOPIC] == settings.in_topic.encode()
+        assert headers[DLQ_SOURCE_PARTITION] == str(original.partition).encode()
+        assert headers[DLQ_SOURCE_OFFSET] == str(original.offset).encode()
+        assert headers[DLQ_SOURCE_TIMESTAMP] == str(original.timestamp).encode()
         assert record.key is not None
         assert record.key.startswith(b"bad-")
 

@@ -117,6 +117,6 @@ def test_a_refused_bad_record_dead_letter_keeps_its_own_reason() -> None:
 
 
 def test_an_error_without_a_message_is_described_by_its_name() -> None:
-    assert describe(KafkaTimeoutError()) == "KafkaTimeoutError"
+    assert describe(TimeoutError()) == "TimeoutError"
     assert describe(UnknownError()).endswith("UnknownError (a code aiokafka does not know, e.g. "
                                              "INVALID_RECORD from a schema)")  # fmt: skip
