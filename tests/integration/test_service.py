@@ -102,17 +102,24 @@ async def test_n_messages_in_n_valid_decisions_out(
     assert decisions["m-0"]["model"] == classifier.info.ident
     assert decisions["m-0"]["policy"] == Policy.load().ident
 
-    # Decisions of one partition leave in input order.
-    by_partition: dict[int, list[int]] = {}
+    # Without faults, the decisions of one input partition leave in its offset order: read where
+    # each input landed, then check every output partition's decisions per input partition (the
+    # input's several channels included, not only one channel at a time).
+    fetched = await consume(settings.kafka_bootstrap, settings.in_topic, until=lambda r: len(r) >= n)
+    where = {orjson.loads(r.value)["message_id"]: (r.partition, r.offset) for r in fetched}
+    assert len(where) == n
+    seen: dict[tuple[int, int], list[tuple[int, str]]] = {}  # (out, in partition) → inputs
     for record in records:
-        number = int(orjson.loads(record.value)["message_id"][2:])
-        by_partition.setdefault(record.partition, []).append(number)
-    for numbers in by_partition.values():
-        per_channel: dict[int, list[int]] = {}
-        for number in numbers:
-            per_channel.setdefault(number % 5, []).append(number)
-        for seq in per_channel.values():
-            assert seq == sorted(seq)
+        decision = orjson.loads(record.value)
+        in_partition, in_offset = where[decision["message_id"]]
+        seen.setdefault((record.partition, in_partition), []).append(
+            (in_offset, decision["channel_id"])
+        )
+    for sequence in seen.values():
+        assert sequence == sorted(sequence), "a partition's decisions left out of input order"
+    assert max(len({channel for _, channel in seq}) for seq in seen.values()) > 1, (
+        "some partition carries several channels, so the order is checked across channels"
+    )
 
     port = moderator.metrics_port
     assert port is not None
