@@ -105,7 +105,9 @@ async def test_n_messages_in_n_valid_decisions_out(
     # Without faults, the decisions of one input partition leave in its offset order: read where
     # each input landed, then check every output partition's decisions per input partition (the
     # input's several channels included, not only one channel at a time).
-    fetched = await consume(settings.kafka_bootstrap, settings.in_topic, until=lambda r: len(r) >= n)
+    fetched = await consume(
+        settings.kafka_bootstrap, settings.in_topic, until=lambda r: len(r) >= n
+    )
     where = {orjson.loads(r.value)["message_id"]: (r.partition, r.offset) for r in fetched}
     assert len(where) == n
     seen: dict[tuple[int, int], list[tuple[int, str]]] = {}  # (out, in partition) → inputs
@@ -351,3 +353,32 @@ async def test_instances_joining_and_leaving_under_load_lose_nothing(
         assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
     # The instance left standing drained everything it held when it stopped.
     assert first.metrics.registry.get_sample_value("moderator_in_flight") == 0
+
+
+async def test_a_new_model_never_serves_the_old_models_scores_from_redis(
+    settings: Settings, moderator: Moderator, classifier: Classifier
+) -> None:
+    """Redis outlives deploys: entries another model wrote for the same text are not used, while
+    entries under this model's digest are (so the first half cannot pass by Redis being unused)."""
+    assert await moderator.cache.wait_redis(5)
+    old_text, warm_text = "an old model scored this line", "this model already scored this line"
+    old_ids, warm_ids = classifier.encode([old_text, warm_text])
+    planted = orjson.dumps([0.999] * len(classifier.labels))
+    another_model = "0" * 64
+    assert another_model != classifier.info.sha256
+    redis = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        await redis.set(cache_key(another_model, old_ids), planted, ex=60)
+        await redis.set(cache_key(classifier.info.sha256, warm_ids), planted, ex=60)
+    finally:
+        await redis.aclose()
+    await produce(settings.kafka_bootstrap, settings.in_topic,
+                  [chat(1, old_text), chat(2, warm_text)])  # fmt: skip
+    decisions = decisions_by_id(
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(2))
+    )
+    assert decisions["m-2"]["cached"] is True, "an entry under this model's digest is served"
+    assert set(decisions["m-2"]["scores"].values()) == {0.999}
+    assert decisions["m-1"]["cached"] is False, "the other model's entry is not"
+    assert set(decisions["m-1"]["scores"].values()) != {0.999}
+    assert decisions["m-1"]["model"] == classifier.info.ident
