@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import urllib.request
 from typing import Any
 
@@ -382,3 +383,38 @@ async def test_a_new_model_never_serves_the_old_models_scores_from_redis(
     assert decisions["m-1"]["cached"] is False, "the other model's entry is not"
     assert set(decisions["m-1"]["scores"].values()) != {0.999}
     assert decisions["m-1"]["model"] == classifier.info.ident
+
+
+async def test_a_slow_redis_opens_the_breaker_is_logged_once_and_decisions_flow(
+    settings: Settings,
+    fresh_redis: EmbeddedRedis,
+    classifier: Classifier,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis up but not answering (CLIENT PAUSE: the server holds every command): calls time out,
+    the breaker opens, one warning says so, the model decides meanwhile, and the breaker closes
+    once Redis answers again."""
+    settings = settings.replace(redis_url=fresh_redis.url)
+    caplog.set_level(logging.WARNING, logger="moderator.cache")
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        assert await service.cache.wait_redis(5)
+        admin = aioredis.Redis.from_url(fresh_redis.url)
+        try:
+            await admin.execute_command("CLIENT", "PAUSE", "5000", "ALL")
+        finally:
+            await admin.aclose()
+        await produce(settings.kafka_bootstrap, settings.in_topic,
+                      [chat(i, f"while redis is slow {i}") for i in range(40)])  # fmt: skip
+        await eventually(lambda: not service.cache.redis_available, "the breaker opened")
+        records = await consume(
+            settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(40)
+        )
+        assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(40)}
+        assert not any(d["cached"] for d in decisions_by_id(records).values())
+        errors = service.metrics.registry.get_sample_value("moderator_redis_errors_total")
+        assert (errors or 0) >= 1, "a timed-out call opened the breaker"
+        assert await service.cache.wait_redis(15), "the breaker closes once Redis answers"
+    warnings = [r for r in caplog.records if r.name == "moderator.cache"]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "TimeoutError" in warnings[0].getMessage()
