@@ -67,7 +67,11 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
         raise
 
 
-async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(settings: Settings) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(
+    settings: Settings, signum: signal.Signals
+) -> None:
+    """SIGTERM (an orchestrator) and SIGINT (Ctrl+C) stop it the same graceful way."""
     n = 800
     proc = start(settings)
     try:
@@ -76,7 +80,7 @@ async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(settings: Set
                     [chat(i, f"a message of the stream, number {i}") for i in range(n)])
         )  # fmt: skip
         await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         code = await asyncio.to_thread(wait_exit, proc, 30)
     finally:
         if proc.poll() is None:
@@ -96,6 +100,27 @@ async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(settings: Set
         limit = offsets[record.partition]
         if limit is not None and record.offset < limit:
             assert orjson.loads(record.value)["message_id"] in decided
+
+
+async def test_a_second_signal_exits_at_once_without_draining(settings: Settings) -> None:
+    """A second signal while it drains ends the process at once, with 130 (only that path exits
+    with 130: a finished drain exits 0). Two different signals, so the kernel cannot merge them."""
+    n = 4000  # plenty in flight: the drain the first signal starts takes a while
+    proc = start(settings)
+    try:
+        producing = asyncio.create_task(
+            produce(settings.kafka_bootstrap, settings.in_topic,
+                    [chat(i, f"a line it will not finish, number {i}") for i in range(n)])
+        )  # fmt: skip
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.to_thread(wait_exit, proc, 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    await producing
+    assert code == 130
 
 
 async def test_stop_drains_the_work_in_flight_and_commits_all_of_it(
