@@ -15,8 +15,9 @@ DEMO_EXTRAS := dev
 TEST_EXTRAS := dev,test,model
 MODEL_EXTRAS := model
 BENCH_EXTRAS := dev,model,plot
+MUTATION_EXTRAS := dev,test,mutation
 
-.PHONY: help install redis stunnel promtool model demo test lint typecheck alerts check bench chaos report clean
+.PHONY: help install redis stunnel promtool model demo test lint typecheck alerts check mutation bench chaos report clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -71,6 +72,9 @@ alerts: promtool  ## promtool: the alert rules parse, and their unit tests pass
 
 check: lint typecheck alerts  ## lint, type-check, alert-rule tests
 
+mutation: $(VENV)/.extras-$(MUTATION_EXTRAS)  ## mutmut over the core modules, their unit tests; prints the score (minutes)
+	$(PY) -m tests.mutation
+
 bench: $(VENV)/.extras-$(BENCH_EXTRAS) redis  ## regenerate BENCHMARKS.md (minutes; not part of the tests)
 	$(BIN)/python -m loadgen.bench
 
@@ -84,4 +88,4 @@ report: $(VENV)/.extras-$(MODEL_EXTRAS)  ## regenerate models/REPORT.md from the
 	$(BIN)/moderator model evaluate --model $(MODEL_BUILD)
 
 clean:  ## remove the venv, caches and models/build/ (never the shipped default model)
-	rm -rf $(VENV) models/build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) models/build mutants .mypy_cache .ruff_cache .pytest_cache

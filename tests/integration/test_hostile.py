@@ -14,6 +14,7 @@ from moderator.config import Settings
 from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from moderator.service import Moderator
 from tests.integration.kafka_io import consume, decisions_by_id
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -82,8 +83,12 @@ async def test_a_junk_burst_is_dead_lettered_and_valid_messages_are_decided(
 
     port = moderator.metrics_port
     assert port is not None
-    await asyncio.sleep(0.3)  # acks are counted in a done-callback
     total = moderator.metrics.registry.get_sample_value
-    dead_counted = sum(total("moderator_dead_letters_total", {"reason": c}) or 0 for c in codes)
-    assert dead_counted == JUNK
+
+    def dead_letters_counted() -> float:
+        return sum(total("moderator_dead_letters_total", {"reason": c}) or 0 for c in codes)
+
+    # Acks are counted in a done-callback: wait for the count, then check it is exact.
+    await eventually(lambda: dead_letters_counted() >= JUNK, "every dead letter counted")
+    assert dead_letters_counted() == JUNK
     assert moderator.failure is None

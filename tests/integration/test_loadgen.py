@@ -69,6 +69,7 @@ class Responder:
     ) -> None:
         self.cfg, self.drop, self.repeat, self.hold_until = cfg, drop, repeat, hold_until
         self.received: list[tuple[bytes, dict[str, object]]] = []
+        self.ready = asyncio.Event()  # set once it reads from the end of every partition
 
     async def run(self) -> None:
         consumer, producer = make_consumer(self.cfg.bootstrap), make_producer(self.cfg.bootstrap)
@@ -77,6 +78,7 @@ class Responder:
         held: list[tuple[bytes, bytes]] = []
         try:
             await assign_at_end(consumer, [self.cfg.in_topic])
+            self.ready.set()
             while True:
                 for records in (await consumer.getmany(timeout_ms=50)).values():
                     for r in records:
@@ -105,7 +107,12 @@ class Responder:
 async def responding(responder: Responder) -> AsyncIterator[Responder]:
     task = asyncio.create_task(responder.run())
     try:
-        await asyncio.sleep(0.5)  # let it fetch its partitions' end offsets before we produce
+        # It must have its partitions' end offsets before we produce; if it dies first, say so.
+        ready = asyncio.create_task(responder.ready.wait())
+        await asyncio.wait({ready, task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if not responder.ready.is_set():
+            raise AssertionError(f"the responder did not get ready: {task}")
         yield responder
     finally:
         task.cancel()

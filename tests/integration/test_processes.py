@@ -15,13 +15,17 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.service import Moderator
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
 
 pytestmark = pytest.mark.integration
 
 
-def start(settings: Settings, *extra: str, threads: int = 1) -> subprocess.Popen[bytes]:
+def start(
+    settings: Settings, *extra: str, threads: int = 1, **overrides: str
+) -> subprocess.Popen[bytes]:
     env = dict(
         os.environ,
         MODERATOR_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
@@ -35,6 +39,7 @@ def start(settings: Settings, *extra: str, threads: int = 1) -> subprocess.Popen
         MODERATOR_THREADS=str(threads),
         MODERATOR_COMMIT_INTERVAL_S="0.2",
     )
+    env.update(overrides)
     return subprocess.Popen([sys.executable, "-m", "moderator", "run", *extra], env=env)
 
 
@@ -62,7 +67,11 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
         raise
 
 
-async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(settings: Settings) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(
+    settings: Settings, signum: signal.Signals
+) -> None:
+    """SIGTERM (an orchestrator) and SIGINT (Ctrl+C) stop it the same graceful way."""
     n = 800
     proc = start(settings)
     try:
@@ -71,7 +80,7 @@ async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(settings: Set
                     [chat(i, f"a message of the stream, number {i}") for i in range(n)])
         )  # fmt: skip
         await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         code = await asyncio.to_thread(wait_exit, proc, 30)
     finally:
         if proc.poll() is None:
@@ -91,6 +100,64 @@ async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(settings: Set
         limit = offsets[record.partition]
         if limit is not None and record.offset < limit:
             assert orjson.loads(record.value)["message_id"] in decided
+
+
+async def test_a_second_signal_exits_at_once_without_draining(settings: Settings) -> None:
+    """A second signal while it drains ends the process at once, with 130 (only that path exits
+    with 130: a finished drain exits 0). Two different signals, so the kernel cannot merge them."""
+    n = 4000  # plenty in flight: the drain the first signal starts takes a while
+    proc = start(settings)
+    try:
+        producing = asyncio.create_task(
+            produce(settings.kafka_bootstrap, settings.in_topic,
+                    [chat(i, f"a line it will not finish, number {i}") for i in range(n)])
+        )  # fmt: skip
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.to_thread(wait_exit, proc, 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    await producing
+    assert code == 130
+
+
+async def test_stop_drains_the_work_in_flight_and_commits_all_of_it(
+    settings: Settings, classifier: Classifier
+) -> None:
+    """What SIGTERM calls (`Moderator.stop`), with work in flight and the commit interval an hour
+    long, so only the shutdown commits: every record fetched is decided, published and committed.
+    A shutdown that only committed what was acknowledged would leave in-flight work uncommitted."""
+    n = 4000  # far more than it decides before the stop: work is in flight then
+    settings = settings.replace(commit_interval_s=3600.0, max_in_flight=1000,
+                                shutdown_timeout_s=40.0)  # fmt: skip
+    service = Moderator(settings, classifier=classifier)
+    await service.start()
+    try:
+        await service.wait_ready(30)
+        await produce(settings.kafka_bootstrap, settings.in_topic,
+                      [chat(i, f"a line to drain, number {i}") for i in range(n)])  # fmt: skip
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
+        sample = service.metrics.registry.get_sample_value
+        assert (sample("moderator_in_flight") or 0) > 0, "the stop must find work in flight"
+    finally:
+        await service.stop()
+    assert service.failure is None
+    fetched = int(sample("moderator_messages_consumed_total") or 0)
+
+    offsets = await committed(settings)
+    records = await consume(settings.kafka_bootstrap, settings.in_topic,
+                            until=lambda r: len(r) >= n)  # fmt: skip
+    out = await consume(settings.kafka_bootstrap, settings.out_topic, until=lambda r: False,
+                        timeout_s=2)  # fmt: skip
+    committed_ids = {
+        orjson.loads(r.value)["message_id"]
+        for r in records
+        if (limit := offsets[r.partition]) is not None and r.offset < limit
+    }
+    assert len(committed_ids) == fetched, "every record fetched was finished and committed"
+    assert set(decisions_by_id(out)) == committed_ids, "published and committed differ"
 
 
 async def test_sigkill_mid_stream_then_restart_loses_nothing(settings: Settings) -> None:

@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import urllib.request
 from typing import Any
 
 import orjson
 import pytest
+import redis.asyncio as aioredis
 
+from moderator.cache import cache_key
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.embedded import EmbeddedRedis
 from moderator.policy import Policy
-from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET
+from moderator.records import (
+    DLQ_ERROR_CODE,
+    DLQ_ERROR_MESSAGE,
+    DLQ_SOURCE_OFFSET,
+    DLQ_SOURCE_PARTITION,
+    DLQ_SOURCE_TIMESTAMP,
+    DLQ_SOURCE_TOPIC,
+)
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
 from tests.contract import check_dead_letter_headers
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +82,10 @@ async def metric(port: int, line_prefix: str) -> float:
     return total
 
 
+async def metric_at_least(port: int, line_prefix: str, value: float) -> bool:
+    return await metric(port, line_prefix) >= value
+
+
 async def test_n_messages_in_n_valid_decisions_out(
     settings: Settings, moderator: Moderator, classifier: Classifier
 ) -> None:
@@ -88,21 +103,33 @@ async def test_n_messages_in_n_valid_decisions_out(
     assert decisions["m-0"]["model"] == classifier.info.ident
     assert decisions["m-0"]["policy"] == Policy.load().ident
 
-    # Decisions of one partition leave in input order.
-    by_partition: dict[int, list[int]] = {}
+    # Without faults, the decisions of one input partition leave in its offset order: read where
+    # each input landed, then check every output partition's decisions per input partition (the
+    # input's several channels included, not only one channel at a time).
+    fetched = await consume(
+        settings.kafka_bootstrap, settings.in_topic, until=lambda r: len(r) >= n
+    )
+    where = {orjson.loads(r.value)["message_id"]: (r.partition, r.offset) for r in fetched}
+    assert len(where) == n
+    seen: dict[tuple[int, int], list[tuple[int, str]]] = {}  # (out, in partition) → inputs
     for record in records:
-        number = int(orjson.loads(record.value)["message_id"][2:])
-        by_partition.setdefault(record.partition, []).append(number)
-    for numbers in by_partition.values():
-        per_channel: dict[int, list[int]] = {}
-        for number in numbers:
-            per_channel.setdefault(number % 5, []).append(number)
-        for seq in per_channel.values():
-            assert seq == sorted(seq)
+        decision = orjson.loads(record.value)
+        in_partition, in_offset = where[decision["message_id"]]
+        seen.setdefault((record.partition, in_partition), []).append(
+            (in_offset, decision["channel_id"])
+        )
+    for sequence in seen.values():
+        assert sequence == sorted(sequence), "a partition's decisions left out of input order"
+    assert max(len({channel for _, channel in seq}) for seq in seen.values()) > 1, (
+        "some partition carries several channels, so the order is checked across channels"
+    )
 
     port = moderator.metrics_port
     assert port is not None
-    await asyncio.sleep(0.3)  # acks are counted in a done-callback
+    # Acks are counted in a done-callback: wait for the count, then check it is exact.
+    await eventually(
+        lambda: metric_at_least(port, "moderator_decisions_total", n), f"{n} decisions counted"
+    )
     assert await metric(port, "moderator_decisions_total") == n
     assert await metric(port, "moderator_messages_consumed_total") == n
     assert await asyncio.to_thread(http_get, port, "/readyz") == b"ready\n"
@@ -164,13 +191,23 @@ async def test_malformed_records_are_dead_lettered_and_the_stream_goes_on(
         settings.kafka_bootstrap, settings.dlq_topic, until=lambda r: len(r) >= len(MALFORMED)
     )
     assert len(dead) == len(MALFORMED)
+    # Where each bad record really is on the input topic, read back from the broker.
+    inputs = await consume(
+        settings.kafka_bootstrap, settings.in_topic, until=lambda r: len(r) >= len(records)
+    )
+    source = {r.value: r for r in inputs if r.key is not None and r.key.startswith(b"bad-")}
+    assert len(source) == len(MALFORMED)
     for record in dead:
         headers = dict(record.headers)
         check_dead_letter_headers(record.headers)
         assert record.value in expected, "the dead letter's value is the untouched input"
         assert headers[DLQ_ERROR_CODE].decode() == expected[record.value]
         assert headers[DLQ_ERROR_MESSAGE]
-        assert int(headers[DLQ_SOURCE_OFFSET]) >= 0
+        original = source[record.value]
+        assert headers[DLQ_SOURCE_TOPIC] == settings.in_topic.encode()
+        assert headers[DLQ_SOURCE_PARTITION] == str(original.partition).encode()
+        assert headers[DLQ_SOURCE_OFFSET] == str(original.offset).encode()
+        assert headers[DLQ_SOURCE_TIMESTAMP] == str(original.timestamp).encode()
         assert record.key is not None
         assert record.key.startswith(b"bad-")
 
@@ -179,7 +216,10 @@ async def test_malformed_records_are_dead_lettered_and_the_stream_goes_on(
 
     port = moderator.metrics_port
     assert port is not None
-    await asyncio.sleep(0.3)
+    await eventually(
+        lambda: metric_at_least(port, "moderator_dead_letters_total", len(MALFORMED)),
+        "every dead letter counted",
+    )
     assert await metric(port, "moderator_dead_letters_total") == len(MALFORMED)
     assert await metric(port, 'moderator_dead_letters_total{reason="invalid_json"}') == 2
 
@@ -201,7 +241,13 @@ async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
     assert decisions["m-2"]["action"] == decisions["m-1"]["action"]
 
     # A new process has an empty L1: the verdict now comes from Redis.
-    await asyncio.sleep(0.3)  # the Redis write is in the background
+    # The Redis write is in the background: wait until Redis holds the verdict.
+    key = cache_key(classifier.info.sha256, classifier.encode(["you absolute clown!!"])[0])
+    redis = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        await eventually(lambda: redis.exists(key), "the verdict is in Redis")
+    finally:
+        await redis.aclose()
     fresh = settings.replace(group_id=settings.group_id + "-2")
     async with Moderator(fresh, classifier=classifier) as second:
         await second.wait_ready(30)
@@ -212,8 +258,12 @@ async def test_a_repeated_text_is_a_cache_hit_with_the_same_scores(
         again = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(3))
         port = second.metrics_port
         assert port is not None
-        await asyncio.sleep(0.3)
-        assert await metric(port, 'moderator_cache_requests_total{level="redis",result="hit"}') >= 1
+        await eventually(
+            lambda: metric_at_least(
+                port, 'moderator_cache_requests_total{level="redis",result="hit"}', 1
+            ),
+            "a Redis hit counted",
+        )
     assert decisions_by_id(again)["m-3"]["cached"] is True
     assert decisions_by_id(again)["m-3"]["scores"] == decisions["m-1"]["scores"]
 
@@ -304,3 +354,67 @@ async def test_instances_joining_and_leaving_under_load_lose_nothing(
         assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
     # The instance left standing drained everything it held when it stopped.
     assert first.metrics.registry.get_sample_value("moderator_in_flight") == 0
+
+
+async def test_a_new_model_never_serves_the_old_models_scores_from_redis(
+    settings: Settings, moderator: Moderator, classifier: Classifier
+) -> None:
+    """Redis outlives deploys: entries another model wrote for the same text are not used, while
+    entries under this model's digest are (so the first half cannot pass by Redis being unused)."""
+    assert await moderator.cache.wait_redis(5)
+    old_text, warm_text = "an old model scored this line", "this model already scored this line"
+    old_ids, warm_ids = classifier.encode([old_text, warm_text])
+    planted = orjson.dumps([0.999] * len(classifier.labels))
+    another_model = "0" * 64
+    assert another_model != classifier.info.sha256
+    redis = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        await redis.set(cache_key(another_model, old_ids), planted, ex=60)
+        await redis.set(cache_key(classifier.info.sha256, warm_ids), planted, ex=60)
+    finally:
+        await redis.aclose()
+    await produce(settings.kafka_bootstrap, settings.in_topic,
+                  [chat(1, old_text), chat(2, warm_text)])  # fmt: skip
+    decisions = decisions_by_id(
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(2))
+    )
+    assert decisions["m-2"]["cached"] is True, "an entry under this model's digest is served"
+    assert set(decisions["m-2"]["scores"].values()) == {0.999}
+    assert decisions["m-1"]["cached"] is False, "the other model's entry is not"
+    assert set(decisions["m-1"]["scores"].values()) != {0.999}
+    assert decisions["m-1"]["model"] == classifier.info.ident
+
+
+async def test_a_slow_redis_opens_the_breaker_is_logged_once_and_decisions_flow(
+    settings: Settings,
+    fresh_redis: EmbeddedRedis,
+    classifier: Classifier,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis up but not answering (CLIENT PAUSE: the server holds every command): calls time out,
+    the breaker opens, one warning says so, the model decides meanwhile, and the breaker closes
+    once Redis answers again."""
+    settings = settings.replace(redis_url=fresh_redis.url)
+    caplog.set_level(logging.WARNING, logger="moderator.cache")
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        assert await service.cache.wait_redis(5)
+        admin = aioredis.Redis.from_url(fresh_redis.url)
+        try:
+            await admin.execute_command("CLIENT", "PAUSE", "5000", "ALL")
+        finally:
+            await admin.aclose()
+        await produce(settings.kafka_bootstrap, settings.in_topic,
+                      [chat(i, f"while redis is slow {i}") for i in range(40)])  # fmt: skip
+        await eventually(lambda: not service.cache.redis_available, "the breaker opened")
+        records = await consume(
+            settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(40)
+        )
+        assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(40)}
+        assert not any(d["cached"] for d in decisions_by_id(records).values())
+        errors = service.metrics.registry.get_sample_value("moderator_redis_errors_total")
+        assert (errors or 0) >= 1, "a timed-out call opened the breaker"
+        assert await service.cache.wait_redis(15), "the breaker closes once Redis answers"
+    warnings = [r for r in caplog.records if r.name == "moderator.cache"]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "TimeoutError" in warnings[0].getMessage()

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from moderator.batcher import BatchScorer
-from moderator.cache import LruCache, cache_key
+from moderator.cache import KEY_PREFIX, LruCache, cache_key
 from moderator.classifier import Classifier
 from moderator.cli import score_lines
 from moderator.errors import ModelError
@@ -63,6 +63,19 @@ def test_a_tampered_model_is_refused(model_dir: Path, tmp_path: Path) -> None:
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelError, match="sha256"):
         Classifier(copy)
+
+
+def test_the_cache_key_is_the_model_digest_and_a_128_bit_hash_of_the_token_ids() -> None:
+    sha = "ab" * 32
+    ids = np.asarray([101, 7592, 102], dtype=np.int64)
+    key = cache_key(sha, ids)
+    prefix, digest = key.decode().rsplit(":", 1)
+    assert prefix == f"{KEY_PREFIX}{sha[:32]}"
+    assert len(digest) == 32, "128 bits, in hex"
+    assert int(digest, 16) >= 0
+    assert cache_key(sha, ids) == key
+    assert cache_key(sha, ids[:2]) != key
+    assert cache_key("ab" * 16 + "cd" * 16, ids) == key, "only the digest's first 128 bits count"
 
 
 def test_lru_forgets_the_least_recently_used() -> None:

@@ -85,3 +85,32 @@ def test_a_partition_taken_back_starts_afresh() -> None:
     assert ledger.committable(A) is None, "the old fetch's ack is not this fetch's"
     ledger.ack(new)
     assert ledger.committable(A) == 4
+
+
+def test_acks_out_of_order_commit_the_acknowledged_prefix_never_the_highest_ack() -> None:
+    ledger = OffsetLedger()
+    ledger.assign([A])
+    entries = {offset: ledger.track(A, offset) for offset in range(20, 26)}
+    seen = []
+    for offset in (25, 22, 20, 23, 21, 24):
+        ledger.ack(entries[offset])
+        seen.append((offset, ledger.committable(A), ledger.to_commit()))
+    assert seen == [
+        (25, None, {}),
+        (22, None, {}),
+        (20, 21, {A: 21}),  # only 20: 21 is still out
+        (23, 21, {A: 21}),
+        (21, 24, {A: 24}),  # 21 fills the gap: 20..23 are the prefix, 24 is still out
+        (24, 26, {A: 26}),
+    ]
+    assert ledger.pending([A]) == 0
+
+
+def test_giving_up_a_partition_never_owned_changes_nothing() -> None:
+    ledger = OffsetLedger()
+    ledger.assign([A])
+    entry = ledger.track(A, 0)
+    assert ledger.abandon([B]) == []
+    assert ledger.in_flight == 1
+    ledger.ack(entry)
+    assert ledger.committable(A) == 1

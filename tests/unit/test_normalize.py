@@ -18,6 +18,8 @@ from moderator.normalize import normalize_text
         ("привет мир", "привет мир"),  # real Cyrillic stays Cyrillic
         ("lone \ud800 surrogate", "lone surrogate"),
         ("\u200b \t\n", ""),
+        ("private\ue000use", "privateuse"),  # category Co
+        ("un\u0378assigned", "unassigned"),  # category Cn
     ],
 )
 def test_normalize(raw: str, expected: str) -> None:

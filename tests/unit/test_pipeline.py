@@ -118,3 +118,27 @@ async def test_verdicts_are_cached_under_the_model_digest_not_its_version(
     assert pipeline.cache.l1.get(cache_key(classifier.info.ident, ids)) is None
     other = cache_key("0" * 64, ids)
     assert other != cache_key(classifier.info.sha256, ids)
+
+
+async def test_a_policy_change_needs_no_cache_invalidation(
+    pipeline: Pipeline, classifier: Classifier
+) -> None:
+    # The cache holds scores, not actions: a pipeline with another policy (a restart with a new
+    # policy file, the cache still warm) decides the cached scores by its own thresholds.
+    first = orjson.loads((await pipeline.process([message(0, "gg wp all")]))[0].value or b"")
+    assert first["cached"] is False
+    strict = Policy.from_mapping(
+        {"name": "strict", "version": 2, "labels": {a: {"block": 0.0} for a in classifier.labels}}
+    )
+    lenient = Policy.from_mapping(
+        {"name": "lenient", "version": 1, "labels": {a: {"block": 1.0} for a in classifier.labels}}
+    )
+    for policy, action in ((strict, "block"), (lenient, "allow"), (strict, "block")):
+        other = Pipeline(classifier, policy, pipeline.scorer, pipeline.cache, pipeline.metrics,
+                         max_record_bytes=65536, budget_ms=50)  # fmt: skip
+        again = orjson.loads((await other.process([message(1, "GG WP all")]))[0].value or b"")
+        assert again["cached"] is True, "the verdict came from the cache"
+        assert again["scores"] == first["scores"]
+        assert (again["action"], again["policy"]) == (action, policy.ident)
+    calls = pipeline.metrics.registry.get_sample_value("moderator_batch_size_count")
+    assert calls == 1, "the model scored the text once, whatever the policy"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,95 @@ def test_the_tuner_writes_a_policy_it_reads_back(tmp_path: Path) -> None:
     path.write_text(tuning.render_policy(table, "# tuned\n", 7))
     assert tuning.read_thresholds(path) == (7, table)
     assert Policy.load(path).decide({"threat": 0.96, "toxicity": 0.8}) == ("block", "threat")
+
+
+BOUNDARY = Policy.from_mapping(
+    {
+        "name": "edges",
+        "version": 1,
+        "actions": ["nudge", "review", "block"],
+        "labels": {"a": {"nudge": 0.25, "review": 0.5, "block": 0.75}},
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("score", "action"),
+    [
+        (0.0, "allow"),
+        (math.nextafter(0.25, 0.0), "allow"),
+        (0.25, "nudge"),  # exactly on a threshold reaches it
+        (math.nextafter(0.5, 0.0), "nudge"),
+        (0.5, "review"),
+        (math.nextafter(0.75, 0.0), "review"),
+        (0.75, "block"),
+        (1.0, "block"),
+    ],
+)
+def test_a_score_exactly_on_a_threshold_reaches_it_and_one_just_below_does_not(
+    score: float, action: str
+) -> None:
+    assert BOUNDARY.decide({"a": score}) == (action, None if action == "allow" else "a")
+
+
+def test_a_threshold_of_zero_triggers_on_any_score_and_one_only_on_certainty() -> None:
+    policy = Policy.from_mapping(
+        {"name": "p", "version": 1, "labels": {"a": {"nudge": 0.0}, "b": {"block": 1.0}}}
+    )
+    assert policy.decide({"a": 0.0}) == ("nudge", "a")
+    assert policy.decide({"b": math.nextafter(1.0, 0.0)}) == ("allow", None)
+    assert policy.decide({"b": 1.0}) == ("block", "b")
+
+
+def test_the_reason_is_the_label_past_its_threshold_by_most_not_the_highest_score() -> None:
+    policy = Policy.from_mapping(
+        {"name": "p", "version": 1, "labels": {"a": {"block": 0.8}, "b": {"block": 0.2}}}
+    )
+    assert policy.decide({"a": 0.9, "b": 0.6}) == ("block", "b"), "b is 0.4 past, a only 0.1"
+
+
+@pytest.mark.parametrize(
+    ("data", "names"),
+    [
+        ({"version": 1, "labels": {}}, "missing 'name'"),
+        ({"name": "", "version": 1, "labels": {"a": {"nudge": 0.5}}}, "'name'"),
+        ({"name": 5, "version": 1, "labels": {"a": {"nudge": 0.5}}}, "'name'"),
+        ({"name": "x", "version": 1, "labels": ["a"]}, "'labels'"),
+        ({"name": "x", "version": 1, "actions": [], "labels": {}}, "least severe first"),
+        ({"name": "x", "version": 1, "labels": {"a": {"warn": 0.5}}}, "'nudge', 'block'"),
+        ({"name": "x", "version": 1, "labels": {"a": {"block": 2}}}, "labels.a.block"),
+        ({"name": "x", "version": 1, "labels": {"a": {}}}, "labels.a sets no threshold"),
+    ],
+)
+def test_a_bad_policy_is_refused_with_a_message_naming_the_file_and_the_setting(
+    data: dict[str, object], names: str
+) -> None:
+    with pytest.raises(PolicyError) as info:
+        Policy.from_mapping(data, source="strict.toml")
+    assert str(info.value).startswith("strict.toml: ")
+    assert names in str(info.value)
+
+
+def test_a_policy_file_that_cannot_be_read_or_is_wrong_is_named_in_the_error(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "missing.toml"
+    with pytest.raises(PolicyError, match=r"missing\.toml: cannot read the policy"):
+        Policy.load(missing)
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text('name = "w"\nversion = 1\n[labels.a]\nblock = 7\n')
+    with pytest.raises(PolicyError) as info:
+        Policy.load(wrong)
+    assert str(info.value).startswith(f"{wrong}: labels.a.block")
+
+
+def test_the_warning_names_the_policy_and_every_label_the_model_lacks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policy = Policy.from_mapping(
+        {"name": "p", "version": 4, "labels": {"a": {"nudge": 0.5}, "b": {"nudge": 0.5}}}
+    )
+    with caplog.at_level(logging.WARNING):
+        policy.check_labels(["c"])
+    assert caplog.messages == ["policy p@4 names labels the model does not produce, they never "
+                               "trigger: a, b"]  # fmt: skip

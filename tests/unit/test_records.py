@@ -4,7 +4,19 @@ import orjson
 import pytest
 
 from moderator.errors import InvalidRecord
-from moderator.records import ChatMessage, Timing, encode_decision, parse_message
+from moderator.records import (
+    DLQ_ERROR_CODE,
+    DLQ_ERROR_MESSAGE,
+    DLQ_SOURCE_OFFSET,
+    DLQ_SOURCE_PARTITION,
+    DLQ_SOURCE_TIMESTAMP,
+    DLQ_SOURCE_TOPIC,
+    ChatMessage,
+    Timing,
+    dlq_headers,
+    encode_decision,
+    parse_message,
+)
 
 LIMIT = 65536
 
@@ -74,3 +86,66 @@ def test_the_decision_carries_the_design_schema() -> None:
         "latency_ms": {"queue": 1.235, "score": 2.5, "total": 4.0}, "over_budget": True,
         "decided_at_ms": 1060,
     }  # fmt: skip
+
+
+def test_a_record_exactly_at_the_size_limit_parses_and_one_byte_over_is_too_large() -> None:
+    head = good(text="")
+    at_limit = head.replace(b'"text":""', b'"text":"' + b"x" * (LIMIT - len(head)) + b'"')
+    assert len(at_limit) == LIMIT
+    assert parse(at_limit).text == "x" * (LIMIT - len(head))
+    over = at_limit.replace(b'"text":"', b'"text":"y', 1)
+    assert len(over) == LIMIT + 1
+    with pytest.raises(InvalidRecord) as info:
+        parse(over)
+    assert info.value.code == "too_large"
+    assert str(LIMIT + 1) in info.value.message
+    assert str(LIMIT) in info.value.message
+
+
+def test_the_dead_letter_headers_carry_the_source_exactly() -> None:
+    error = InvalidRecord("invalid_json", "the value is not valid JSON")
+    headers = dlq_headers(
+        error,
+        topic="chat.in",
+        partition=3,
+        offset=9_007_199_254_740_993,
+        timestamp_ms=1732240000123,
+    )
+    assert headers == [
+        (DLQ_ERROR_CODE, b"invalid_json"),
+        (DLQ_ERROR_MESSAGE, b"the value is not valid JSON"),
+        (DLQ_SOURCE_TOPIC, b"chat.in"),
+        (DLQ_SOURCE_PARTITION, b"3"),
+        (DLQ_SOURCE_OFFSET, b"9007199254740993"),
+        (DLQ_SOURCE_TIMESTAMP, b"1732240000123"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "the record has no value (a tombstone?)"),
+        (b"[1]", "the value is JSON list, not an object"),
+        (good(channel_id=5), "'channel_id' must be a string, got integer"),
+        (good(text=["a"]), "'text' must be a string, got array"),
+        (good(text=None), "'text' must be a string, got null"),
+        (good(text={}), "'text' must be a string, got object"),
+        (good(user_id=False), "'user_id' must be a string, got boolean"),
+        (good(sent_at_ms="yesterday"), "'sent_at_ms' must be an integer, got string"),
+        (good(sent_at_ms=1.5), "'sent_at_ms' must be an integer, got number"),
+    ],
+)
+def test_the_message_of_a_bad_record_names_the_field_and_the_json_type_it_got(
+    value: bytes | None, message: str
+) -> None:
+    with pytest.raises(InvalidRecord) as info:
+        parse(value)
+    assert info.value.message == message
+
+
+def test_latencies_are_rounded_to_the_microsecond() -> None:
+    msg = parse(good())
+    raw = encode_decision(msg, action="allow", reason=None, scores={}, model="m@1", policy="p@1",
+                          cached=False, degraded=False, timing=Timing(1.23456, 2.34567, 3.45678),
+                          decided_at_ms=1, over_budget=False)  # fmt: skip
+    assert orjson.loads(raw)["latency_ms"] == {"queue": 1.235, "score": 2.346, "total": 3.457}

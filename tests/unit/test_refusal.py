@@ -26,7 +26,7 @@ from moderator.records import (
     DLQ_SOURCE_OFFSET,
     DLQ_VALUE_OMITTED,
 )
-from moderator.refusal import PUBLISH_FAILED, divert, is_refusal
+from moderator.refusal import PUBLISH_FAILED, describe, divert, is_refusal
 
 INPUT = b'{"message_id":"m-1","channel_id":"c-1","user_id":"u-1","text":"gg"}'
 DECISION = b'{"message_id":"m-1","action":"allow"}'
@@ -114,3 +114,9 @@ def test_a_refused_bad_record_dead_letter_keeps_its_own_reason() -> None:
     assert receipt is not None
     assert receipt.label == "not_utf8"
     assert dict(receipt.headers)[DLQ_ERROR_CODE] == b"not_utf8"
+
+
+def test_an_error_without_a_message_is_described_by_its_name() -> None:
+    assert describe(TimeoutError()) == "TimeoutError"
+    assert describe(UnknownError()).endswith("UnknownError (a code aiokafka does not know, e.g. "
+                                             "INVALID_RECORD from a schema)")  # fmt: skip
