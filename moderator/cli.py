@@ -15,7 +15,7 @@ from typing import IO
 
 import orjson
 
-from moderator import loop
+from moderator import __version__, loop
 from moderator.classifier import Classifier, ModelInfo
 from moderator.config import DEFAULT_MODEL_DIR, Settings, add_setting_flags, settings_from_args
 from moderator.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
@@ -42,9 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("aiokafka").setLevel(logging.WARNING if not args.verbose else logging.DEBUG)
     try:
         code: int = args.command(args)
-    except ModeratorError as exc:
+    except ModeratorError as exc:  # the exit code says whether a restart can help (errors.py)
         print(f"moderator: error: {scrub(str(exc))}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception:  # a bug: crash loudly, but through the logging that scrubs secrets
@@ -56,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moderator", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="the version and the default model, then exit"
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="the processor, against any Kafka and Redis")
@@ -65,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--workers", type=int, default=1, help="processes in the group, pinned to disjoint cores"
     )
+    run.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # workers.py
     run.set_defaults(command=_cmd_run)
 
     dev = sub.add_parser(
@@ -96,6 +100,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Version(argparse.Action):
+    """`--version`: the package version and the shipped model's ident, read only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        try:
+            model = ModelInfo.load(DEFAULT_MODEL_DIR).ident
+        except ModeratorError as exc:
+            model = f"unreadable ({exc})"
+        print(f"moderator {__version__} (default model {model})")
+        parser.exit()
+
+
 # -- run / dev ---------------------------------------------------------------------------------
 
 
@@ -105,15 +121,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings.check_model_dir()
     topics = _topic_partitions(settings, args.partitions) if args.create_topics else None
     if args.workers > 1:
-        from moderator.workers import run_workers, strip_workers_flag
+        from moderator.workers import run_workers
 
         if topics:
             loop.run(ensure_topics(settings.kafka_options(), topics))
-        argv = strip_workers_flag(args.argv[args.argv.index("run") + 1 :])
+        argv = args.argv[args.argv.index("run") + 1 :]
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
         )
-    return loop.run(_serve(settings, topics))
+    return loop.run(_serve(settings, topics, supervised=args.supervised))
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
@@ -142,8 +158,14 @@ def _topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
     return {settings.in_topic: partitions, settings.out_topic: partitions, settings.dlq_topic: 1}
 
 
-async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
-    """Run one moderator until SIGINT/SIGTERM; a second signal exits at once."""
+async def _serve(
+    settings: Settings, topics: dict[str, int] | None, *, supervised: bool = False
+) -> int:
+    """Run one moderator until SIGINT/SIGTERM; a second signal exits at once.
+
+    A `supervised` worker (`run --workers`) may get each SIGTERM twice, from systemd or a
+    terminal and from its supervisor, so there only a second SIGINT forces an exit.
+    """
     if topics:
         _say(f"creating topics {', '.join(topics)} (if missing) …")
         await ensure_topics(settings.kafka_options(), topics)
@@ -153,6 +175,9 @@ async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
     stopping: list[asyncio.Task[None]] = []
 
     def on_signal(signum: int) -> None:
+        if stopping and supervised and signum == signal.SIGTERM:
+            log.info("SIGTERM again: already finishing in-flight work (SIGINT to force)")
+            return
         if stopping:
             log.warning("second %s: exiting now", signal.Signals(signum).name)
             os._exit(130)

@@ -18,6 +18,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from moderator.errors import ListenError
+
 log = logging.getLogger(__name__)
 
 NAMESPACE = "moderator"
@@ -129,3 +131,14 @@ class MetricsServer(ThreadingHTTPServer):
             self.shutdown()
             thread.join()
         self.server_close()
+
+
+def listen(host: str, port: int, metrics: Metrics) -> MetricsServer:
+    """A `MetricsServer` on `host:port`; a busy or bad address is one line, not a traceback."""
+    try:
+        return MetricsServer(host, port, metrics)
+    except OSError as exc:
+        raise ListenError(
+            f"the metrics endpoint cannot listen on {host}:{port}: {exc.strerror or exc} "
+            "(MODERATOR_METRICS_HOST / MODERATOR_METRICS_PORT; 0 picks a free port)"
+        ) from None

@@ -29,7 +29,7 @@ from moderator.config import Settings
 from moderator.connect import start_client
 from moderator.degrade import Fallback
 from moderator.ledger import Entry, OffsetLedger
-from moderator.metrics import Metrics, MetricsServer
+from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Outcome, Pipeline
 from moderator.policy import Policy
 from moderator.publisher import Fetched, Publisher
@@ -111,7 +111,7 @@ class Moderator:
         self._started = True
         s = self.settings
         try:
-            self._metrics_server = MetricsServer(s.metrics_host, s.metrics_port, self.metrics)
+            self._metrics_server = listen(s.metrics_host, s.metrics_port, self.metrics)
             self._metrics_server.start()
             if self._classifier is None:
                 s.check_model_dir()
