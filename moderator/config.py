@@ -34,6 +34,7 @@ def available_cores() -> int:
 
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+OFFSET_RESETS = ("earliest", "latest")
 
 
 HELP = {
@@ -42,6 +43,8 @@ HELP = {
     "out_topic": "outbound decisions topic",
     "dlq_topic": "dead-letter topic for bad records",
     "group_id": "Kafka consumer group",
+    "auto_offset_reset": "where a group with no committed offset starts: earliest (the whole "
+    "retained topic) | latest (new messages only)",
     "redis_url": "verdict cache; empty disables it",
     "model_dir": "model directory (model.onnx, tokenizer.json, manifest.json); the shipped "
     "default model if unset",
@@ -84,6 +87,7 @@ class Settings:
     out_topic: str = "chat.decisions"
     dlq_topic: str = "chat.messages.dlq"
     group_id: str = "moderator"
+    auto_offset_reset: str = "earliest"
     redis_url: str = "redis://127.0.0.1:6379/0"
     model_dir: Path = DEFAULT_MODEL_DIR
     policy: Path | None = None
@@ -153,6 +157,8 @@ class Settings:
             path = getattr(self, name)
             if path is not None and not path.is_file():
                 raise bad(name, f"{path} is not a file")
+        if self.auto_offset_reset not in OFFSET_RESETS:
+            raise bad("auto_offset_reset", f"{self.auto_offset_reset!r} is not earliest|latest")
         if self.degraded_mode not in DEGRADED_MODES:
             raise bad("degraded_mode", f"{self.degraded_mode!r} is not {'|'.join(DEGRADED_MODES)}")
         if self.denylist is not None and not self.denylist.is_file():

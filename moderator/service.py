@@ -171,7 +171,7 @@ class Moderator:
                 **s.kafka_options(),
                 group_id=s.group_id,
                 enable_auto_commit=False,
-                auto_offset_reset="earliest",
+                auto_offset_reset=s.auto_offset_reset,
                 fetch_max_wait_ms=s.fetch_max_wait_ms,
                 **s.consumer_timeouts(),
                 client_id="moderator",
