@@ -218,6 +218,7 @@ class Pipeline:
             decided_at_ms=decided_at_ms,
             over_budget=over_budget,
         )
+        self.metrics.end_to_end.observe(max(decided_at_ms - msg.sent_at_ms, 0) / 1000)
         if over_budget:
             self.metrics.over_budget.inc()
         if degraded:

@@ -67,7 +67,7 @@ class Moderator:
 
     def __init__(self, settings: Settings, *, classifier: Classifier | None = None) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = Metrics(budget_s=settings.budget_ms / 1000)
         self._classifier = classifier
         self._metrics_server: MetricsServer | None = None
         self._consumer: AIOKafkaConsumer | None = None

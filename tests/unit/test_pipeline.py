@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 
@@ -118,3 +119,26 @@ async def test_verdicts_are_cached_under_the_model_digest_not_its_version(
     assert pipeline.cache.l1.get(cache_key(classifier.info.ident, ids)) is None
     other = cache_key("0" * 64, ids)
     assert other != cache_key(classifier.info.sha256, ids)
+
+
+async def test_end_to_end_latency_is_measured_from_the_send_time(pipeline: Pipeline) -> None:
+    """`moderator_end_to_end_seconds` is what each decision's budget is judged by: an ancient
+    message lands past every finite bucket, a fresh one within them."""
+    now_ms = int(time.time() * 1000)
+    fresh = orjson.dumps({"message_id": "m-1", "channel_id": "c-1", "user_id": "u",
+                          "text": "gg", "sent_at_ms": now_ms})  # fmt: skip
+    await pipeline.process([old_message(0, "gg"), Record(fresh, offset=1)])
+    sample = pipeline.metrics.registry.get_sample_value
+    assert sample("moderator_end_to_end_seconds_count") == 2
+    assert sample("moderator_end_to_end_seconds_bucket", {"le": "60.0"}) == 1
+    assert sample("moderator_end_to_end_seconds_bucket", {"le": "0.05"}) in (0, 1)  # a bound
+    assert sample("moderator_end_to_end_seconds_sum") > 1_000_000  # the 1970 one, in seconds
+
+
+def test_any_budget_is_a_bucket_bound_of_the_end_to_end_histogram() -> None:
+    metrics = Metrics(budget_s=0.035)
+    metrics.end_to_end.observe(0.03)
+    bucket = metrics.registry.get_sample_value(
+        "moderator_end_to_end_seconds_bucket", {"le": "0.035"}
+    )
+    assert bucket == 1
