@@ -15,9 +15,17 @@ from typing import IO
 
 import orjson
 
-from moderator import __version__, loop
+from moderator import __version__, logs, loop
 from moderator.classifier import Classifier, ModelInfo
-from moderator.config import DEFAULT_MODEL_DIR, Settings, add_setting_flags, settings_from_args
+from moderator.config import (
+    DEFAULT_MODEL_DIR,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    Settings,
+    add_setting_flags,
+    log_settings,
+    settings_from_args,
+)
 from moderator.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
 from moderator.errors import ModeratorError
 from moderator.policy import EMPTY_TEXT, Policy
@@ -26,6 +34,7 @@ from moderator.service import Moderator
 from moderator.topics import ensure_topics
 
 log = logging.getLogger("moderator")
+_json_logs = [False]  # whether main() set up JSON logs: progress lines then go to the log too
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,16 +43,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     args.argv = argv  # `run --workers` gives its workers the same command line
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING if not args.verbose else logging.DEBUG)
+    try:
+        log_format, level = log_settings(log_format=args.log_format, log_level=args.log_level)
+    except ModeratorError as exc:
+        print(f"moderator: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    logs.configure(log_format, level, verbose=args.verbose)
+    _json_logs[:] = [log_format == "json"]
     try:
         code: int = args.command(args)
     except ModeratorError as exc:  # the exit code says whether a restart can help (errors.py)
-        print(f"moderator: error: {scrub(str(exc))}", file=sys.stderr)
+        if _json_logs[0]:
+            log.error("moderator: error: %s", scrub(str(exc)))
+        else:
+            print(f"moderator: error: {scrub(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
@@ -56,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moderator", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    _log_flags(parser)
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="the version and the default model, then exit"
     )
@@ -69,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=1, help="processes in the group, pinned to disjoint cores"
     )
     run.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # workers.py
+    _log_flags(run, argparse.SUPPRESS)
     run.set_defaults(command=_cmd_run)
 
     dev = sub.add_parser(
@@ -78,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--redis-port", type=int, default=6379)
     dev.add_argument("--partitions", type=int, default=4, help="partitions of the topics")
     add_setting_flags(dev)
+    _log_flags(dev, argparse.SUPPRESS)
     dev.set_defaults(command=_cmd_dev)
 
     score = sub.add_parser("score", help="JSON lines with `text` on stdin, decisions on stdout")
@@ -85,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
     score.add_argument("--threads", type=int, default=None, help="intra-op threads")
     score.add_argument("--batch", type=int, default=32, help="lines scored together")
+    _log_flags(score, argparse.SUPPRESS)
     score.set_defaults(command=_cmd_score)
 
     demo = sub.add_parser("demo", help="moderator dev + a burst of realistic chat + a report")
@@ -98,6 +115,16 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("args", nargs=argparse.REMAINDER, help="build | export | evaluate | ...")
     model.set_defaults(command=_cmd_model)
     return parser
+
+
+def _log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """`--log-format` and `--log-level`, before or after the command (`moderator run --log-…`);
+    a command's copy defaults to SUPPRESS so it does not erase the value given before it."""
+    parser.add_argument("--log-format", default=default, choices=LOG_FORMATS,
+                        help="text | json lines [MODERATOR_LOG_FORMAT, default: text]")  # fmt: skip
+    parser.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS,
+                        help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: "
+                        "INFO]")  # fmt: skip
 
 
 class _Version(argparse.Action):
@@ -150,8 +177,12 @@ def _cmd_dev(args: argparse.Namespace) -> int:
 
 
 def _say(line: str) -> None:
-    """A progress line on stdout, flushed at once (start-up must never look silent)."""
-    print(line, flush=True)
+    """A progress line on stdout, flushed at once (start-up must never look silent); with JSON
+    logs, a log line instead, so a log shipper reads nothing but JSON."""
+    if _json_logs[0]:
+        log.info("%s", line)
+    else:
+        print(line, flush=True)
 
 
 def _topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import typing
 from collections.abc import Callable, Mapping
@@ -315,3 +316,28 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
     }
     overrides.update({k: v for k, v in extra.items() if v is not None})
     return Settings.from_env(**overrides)
+
+
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_settings(
+    environ: Mapping[str, str] | None = None,
+    *,
+    log_format: str | None = None,
+    log_level: str | None = None,
+) -> tuple[str, int]:
+    """(format, level) from `--log-format` / `--log-level` or MODERATOR_LOG_FORMAT / _LOG_LEVEL.
+
+    Apart from `Settings`: logging is set up before a command builds its settings, and for
+    commands (score, model) that have none.
+    """
+    environ = os.environ if environ is None else environ
+    fmt = (log_format or environ.get(f"{ENV_PREFIX}LOG_FORMAT") or "text").lower()
+    level = (log_level or environ.get(f"{ENV_PREFIX}LOG_LEVEL") or "INFO").upper()
+    if fmt not in LOG_FORMATS:
+        raise ConfigError(f"{ENV_PREFIX}LOG_FORMAT: {fmt!r} is not {'|'.join(LOG_FORMATS)}")
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL: {level!r} is not {'|'.join(LOG_LEVELS)}")
+    return fmt, logging.getLevelName(level)

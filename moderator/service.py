@@ -192,6 +192,7 @@ class Moderator:
         log.info(
             "moderating %s → %s (dead letters → %s) as group %s with model %s, policy %s",
             s.in_topic, s.out_topic, s.dlq_topic, s.group_id, classifier.info.ident, policy.ident,
+            extra={"group_id": s.group_id},
         )  # fmt: skip
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:

@@ -73,7 +73,7 @@ def run_workers(workers: int, argv: Sequence[str], *, threads: int, metrics_port
         command = [sys.executable, "-m", "moderator", "run", *worker_argv(argv)]
         pin = functools.partial(os.sched_setaffinity, 0, cores)
         proc = subprocess.Popen(command, env=env, preexec_fn=pin)
-        log.info("worker %d (pid %d) on cores %s", i, proc.pid, cores)
+        log.info("worker %d (pid %d) on cores %s", i, proc.pid, cores, extra={"worker": i})
         procs.append(proc)
     stopped: set[int] = set()
 
@@ -97,7 +97,8 @@ def run_workers(workers: int, argv: Sequence[str], *, threads: int, metrics_port
                 continue
             codes[i] = code
             if code != 0 and len(codes) < len(procs):
-                log.error("worker %d exited with %d; stopping the others", i, code)
+                log.error("worker %d exited with %d; stopping the others", i, code,
+                          extra={"worker": i})  # fmt: skip
                 forward(signal.SIGTERM, None)
         time.sleep(0.1)
     return max(codes.values(), key=abs)

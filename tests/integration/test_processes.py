@@ -303,3 +303,26 @@ async def test_a_busy_metrics_port_is_one_line_and_exit_69(model_dir: Path) -> N
     assert code == 69, err[-3000:]
     assert "Traceback" not in err
     assert f"moderator: error: the metrics endpoint cannot listen on 127.0.0.1:{port}" in err
+
+
+@pytest.mark.parametrize("level", ["INFO", "WARNING"])
+async def test_json_logs_are_json_lines_to_the_last(model_dir: Path, level: str) -> None:
+    """With MODERATOR_LOG_FORMAT=json a log shipper reads nothing but JSON lines, the error
+    that ends start-up (here a busy metrics port) included; MODERATOR_LOG_LEVEL filters them."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err, _ = await asyncio.to_thread(
+            run_alone, model_dir, "--metrics-port", str(port), MODERATOR_REDIS_URL="",
+            MODERATOR_LOG_FORMAT="json", MODERATOR_LOG_LEVEL=level,
+        )  # fmt: skip
+    assert code == 69, err[-3000:]
+    lines = [orjson.loads(line) for line in err.splitlines()]
+    assert all({"timestamp", "level", "logger", "message"} <= set(line) for line in lines)
+    loading = any(line["message"].startswith("loading model") for line in lines)
+    assert loading == (level == "INFO")
+    if level == "WARNING":
+        assert {line["level"] for line in lines} <= {"WARNING", "ERROR", "CRITICAL"}
+    assert lines[-1]["level"] == "ERROR"
+    assert "the metrics endpoint cannot listen" in lines[-1]["message"]
