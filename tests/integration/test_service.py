@@ -337,3 +337,31 @@ async def test_auto_offset_reset_latest_leaves_the_retained_backlog_alone(
                 break
     assert decided, "fresh lines were decided"
     assert not {f"m-{i}" for i in range(20)} & set(decided)
+
+
+async def test_producer_headers_travel_with_the_decision_and_the_dead_letter(
+    moderator: Moderator, settings: Settings
+) -> None:
+    """A `traceparent` and a tenant id reach the decision and the dead letter; a producer's
+    header in the moderator's own `moderator.*` namespace does not (its own values win)."""
+    theirs = [("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+              ("tenant", b"acme")]  # fmt: skip
+    spoofed = [("moderator.error.code", b"forged"), ("moderator.verdict", b"allow")]
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        key, value = chat(1, "gg wp")
+        await producer.send_and_wait(settings.in_topic, value, key=key, headers=theirs + spoofed)
+        await producer.send_and_wait(settings.in_topic, b"{broken", key=b"c-1",
+                                     headers=theirs + spoofed)  # fmt: skip
+    finally:
+        await producer.stop()
+    out = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(1))
+    dead = await consume(settings.kafka_bootstrap, settings.dlq_topic, until=lambda r: bool(r))
+    assert list(out[0].headers) == theirs
+    letter = check_dead_letter_headers(dead[0].headers)
+    assert letter["moderator.error.code"] == "invalid_json"
+    assert (letter["traceparent"], letter["tenant"]) == ("00-4bf92f3577b34da6a3ce929d0e0e4736-"
+                                                         "00f067aa0ba902b7-01", "acme")  # fmt: skip
+    assert "moderator.verdict" not in letter
+    assert [name for name, _ in dead[0].headers].count("moderator.error.code") == 1

@@ -26,6 +26,7 @@ class Record(NamedTuple):
     partition: int = 0
     offset: int = 0
     timestamp: int = 1_000
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def message(i: int, text: str) -> Record:
