@@ -212,7 +212,8 @@ async def _serve(
         if stopping:
             log.warning("second %s: exiting now", signal.Signals(signum).name)
             os._exit(130)
-        log.info("%s: finishing in-flight work (again to force)", signal.Signals(signum).name)
+        force = "SIGINT" if supervised else "again"
+        log.info("%s: finishing in-flight work (%s to force)", signal.Signals(signum).name, force)
         stopping.append(asyncio.create_task(moderator.stop()))
 
     await moderator.start()  # a signal before this point ends start-up the default way
