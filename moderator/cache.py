@@ -124,10 +124,7 @@ class VerdictCache:
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
         for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await _cancel(task)
         client, self._redis = self._redis, None
         if client is not None:
             await client.aclose()
@@ -170,6 +167,7 @@ class VerdictCache:
             try:
                 await asyncio.wait_for(self._redis.ping(), max(self.timeout_s * 4, 0.25))
             except (RedisError, OSError, TimeoutError) as exc:
+                _reraise_cancel(exc)
                 self._warn("is unavailable", exc)
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 5.0)
@@ -242,5 +240,27 @@ class VerdictCache:
             try:
                 await asyncio.wait_for(pipe.execute(), max(self.timeout_s * 4, 0.25))
             except (RedisError, OSError, TimeoutError) as exc:
+                _reraise_cancel(exc)
                 self.metrics.cache_writes_dropped.inc(len(batch))
                 self._trip(exc)
+
+
+def _reraise_cancel(exc: BaseException) -> None:
+    """Re-raise a cancellation that `exc` hid.
+
+    Python 3.11's `asyncio.wait_for`, cancelled in the same loop turn as its call fails (Redis
+    and Kafka both refusing at start-up), raises the call's error instead of `CancelledError`:
+    a loop that retries on that error would outlive `stop()` and hang the process.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait for its end, cancelling again if it swallowed the request."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    with contextlib.suppress(asyncio.CancelledError):
+        task.result()

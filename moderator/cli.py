@@ -15,9 +15,17 @@ from typing import IO
 
 import orjson
 
-from moderator import loop
+from moderator import __version__, logs, loop
 from moderator.classifier import Classifier, ModelInfo
-from moderator.config import DEFAULT_MODEL_DIR, Settings, add_setting_flags, settings_from_args
+from moderator.config import (
+    DEFAULT_MODEL_DIR,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    Settings,
+    add_setting_flags,
+    log_settings,
+    settings_from_args,
+)
 from moderator.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
 from moderator.errors import ModeratorError
 from moderator.policy import EMPTY_TEXT, Policy
@@ -26,6 +34,7 @@ from moderator.service import Moderator
 from moderator.topics import ensure_topics
 
 log = logging.getLogger("moderator")
+_json_logs = [False]  # whether main() set up JSON logs: progress lines then go to the log too
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,17 +43,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     args.argv = argv  # `run --workers` gives its workers the same command line
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING if not args.verbose else logging.DEBUG)
+    try:
+        log_format, level = log_settings(log_format=args.log_format, log_level=args.log_level)
+    except ModeratorError as exc:
+        print(f"moderator: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    logs.configure(log_format, level, verbose=args.verbose)
+    _json_logs[:] = [log_format == "json"]
     try:
         code: int = args.command(args)
-    except ModeratorError as exc:
-        print(f"moderator: error: {scrub(str(exc))}", file=sys.stderr)
-        return 2
+    except ModeratorError as exc:  # the exit code says whether a restart can help (errors.py)
+        if _json_logs[0]:
+            log.error("moderator: error: %s", scrub(str(exc)))
+        else:
+            print(f"moderator: error: {scrub(str(exc))}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception:  # a bug: crash loudly, but through the logging that scrubs secrets
@@ -56,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="moderator", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    _log_flags(parser)
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="the version and the default model, then exit"
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="the processor, against any Kafka and Redis")
@@ -65,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--workers", type=int, default=1, help="processes in the group, pinned to disjoint cores"
     )
+    run.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # workers.py
+    _log_flags(run, argparse.SUPPRESS)
     run.set_defaults(command=_cmd_run)
 
     dev = sub.add_parser(
@@ -74,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--redis-port", type=int, default=6379)
     dev.add_argument("--partitions", type=int, default=4, help="partitions of the topics")
     add_setting_flags(dev)
+    _log_flags(dev, argparse.SUPPRESS)
     dev.set_defaults(command=_cmd_dev)
 
     score = sub.add_parser("score", help="JSON lines with `text` on stdin, decisions on stdout")
@@ -81,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
     score.add_argument("--threads", type=int, default=None, help="intra-op threads")
     score.add_argument("--batch", type=int, default=32, help="lines scored together")
+    _log_flags(score, argparse.SUPPRESS)
     score.set_defaults(command=_cmd_score)
 
     demo = sub.add_parser("demo", help="moderator dev + a burst of realistic chat + a report")
@@ -96,6 +117,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """`--log-format` and `--log-level`, before or after the command (`moderator run --log-…`);
+    a command's copy defaults to SUPPRESS so it does not erase the value given before it."""
+    parser.add_argument("--log-format", default=default, choices=LOG_FORMATS,
+                        help="text | json lines [MODERATOR_LOG_FORMAT, default: text]")  # fmt: skip
+    parser.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS,
+                        help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: "
+                        "INFO]")  # fmt: skip
+
+
+class _Version(argparse.Action):
+    """`--version`: the package version and the shipped model's ident, read only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        try:
+            model = ModelInfo.load(DEFAULT_MODEL_DIR).ident
+        except ModeratorError as exc:
+            model = f"unreadable ({exc})"
+        print(f"moderator {__version__} (default model {model})")
+        parser.exit()
+
+
 # -- run / dev ---------------------------------------------------------------------------------
 
 
@@ -105,15 +148,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings.check_model_dir()
     topics = _topic_partitions(settings, args.partitions) if args.create_topics else None
     if args.workers > 1:
-        from moderator.workers import run_workers, strip_workers_flag
+        from moderator.workers import run_workers
 
         if topics:
             loop.run(ensure_topics(settings.kafka_options(), topics))
-        argv = strip_workers_flag(args.argv[args.argv.index("run") + 1 :])
+        argv = args.argv[args.argv.index("run") + 1 :]
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
         )
-    return loop.run(_serve(settings, topics))
+    return loop.run(_serve(settings, topics, supervised=args.supervised))
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
@@ -134,16 +177,26 @@ def _cmd_dev(args: argparse.Namespace) -> int:
 
 
 def _say(line: str) -> None:
-    """A progress line on stdout, flushed at once (start-up must never look silent)."""
-    print(line, flush=True)
+    """A progress line on stdout, flushed at once (start-up must never look silent); with JSON
+    logs, a log line instead, so a log shipper reads nothing but JSON."""
+    if _json_logs[0]:
+        log.info("%s", line)
+    else:
+        print(line, flush=True)
 
 
 def _topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
     return {settings.in_topic: partitions, settings.out_topic: partitions, settings.dlq_topic: 1}
 
 
-async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
-    """Run one moderator until SIGINT/SIGTERM; a second signal exits at once."""
+async def _serve(
+    settings: Settings, topics: dict[str, int] | None, *, supervised: bool = False
+) -> int:
+    """Run one moderator until SIGINT/SIGTERM; a second signal exits at once.
+
+    A `supervised` worker (`run --workers`) may get each SIGTERM twice, from systemd or a
+    terminal and from its supervisor, so there only a second SIGINT forces an exit.
+    """
     if topics:
         _say(f"creating topics {', '.join(topics)} (if missing) …")
         await ensure_topics(settings.kafka_options(), topics)
@@ -153,10 +206,14 @@ async def _serve(settings: Settings, topics: dict[str, int] | None) -> int:
     stopping: list[asyncio.Task[None]] = []
 
     def on_signal(signum: int) -> None:
+        if stopping and supervised and signum == signal.SIGTERM:
+            log.info("SIGTERM again: already finishing in-flight work (SIGINT to force)")
+            return
         if stopping:
             log.warning("second %s: exiting now", signal.Signals(signum).name)
             os._exit(130)
-        log.info("%s: finishing in-flight work (again to force)", signal.Signals(signum).name)
+        force = "SIGINT" if supervised else "again"
+        log.info("%s: finishing in-flight work (%s to force)", signal.Signals(signum).name, force)
         stopping.append(asyncio.create_task(moderator.stop()))
 
     await moderator.start()  # a signal before this point ends start-up the default way

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import typing
 from collections.abc import Callable, Mapping
@@ -34,6 +35,7 @@ def available_cores() -> int:
 
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+OFFSET_RESETS = ("earliest", "latest")
 
 
 HELP = {
@@ -42,6 +44,8 @@ HELP = {
     "out_topic": "outbound decisions topic",
     "dlq_topic": "dead-letter topic for bad records",
     "group_id": "Kafka consumer group",
+    "auto_offset_reset": "where a group with no committed offset starts: earliest (the whole "
+    "retained topic) | latest (new messages only)",
     "redis_url": "verdict cache; empty disables it",
     "model_dir": "model directory (model.onnx, tokenizer.json, manifest.json); the shipped "
     "default model if unset",
@@ -84,6 +88,7 @@ class Settings:
     out_topic: str = "chat.decisions"
     dlq_topic: str = "chat.messages.dlq"
     group_id: str = "moderator"
+    auto_offset_reset: str = "earliest"
     redis_url: str = "redis://127.0.0.1:6379/0"
     model_dir: Path = DEFAULT_MODEL_DIR
     policy: Path | None = None
@@ -153,6 +158,8 @@ class Settings:
             path = getattr(self, name)
             if path is not None and not path.is_file():
                 raise bad(name, f"{path} is not a file")
+        if self.auto_offset_reset not in OFFSET_RESETS:
+            raise bad("auto_offset_reset", f"{self.auto_offset_reset!r} is not earliest|latest")
         if self.degraded_mode not in DEGRADED_MODES:
             raise bad("degraded_mode", f"{self.degraded_mode!r} is not {'|'.join(DEGRADED_MODES)}")
         if self.denylist is not None and not self.denylist.is_file():
@@ -309,3 +316,28 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
     }
     overrides.update({k: v for k, v in extra.items() if v is not None})
     return Settings.from_env(**overrides)
+
+
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_settings(
+    environ: Mapping[str, str] | None = None,
+    *,
+    log_format: str | None = None,
+    log_level: str | None = None,
+) -> tuple[str, int]:
+    """(format, level) from `--log-format` / `--log-level` or MODERATOR_LOG_FORMAT / _LOG_LEVEL.
+
+    Apart from `Settings`: logging is set up before a command builds its settings, and for
+    commands (score, model) that have none.
+    """
+    environ = os.environ if environ is None else environ
+    fmt = (log_format or environ.get(f"{ENV_PREFIX}LOG_FORMAT") or "text").lower()
+    level = (log_level or environ.get(f"{ENV_PREFIX}LOG_LEVEL") or "INFO").upper()
+    if fmt not in LOG_FORMATS:
+        raise ConfigError(f"{ENV_PREFIX}LOG_FORMAT: {fmt!r} is not {'|'.join(LOG_FORMATS)}")
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL: {level!r} is not {'|'.join(LOG_LEVELS)}")
+    return fmt, logging.getLevelName(level)

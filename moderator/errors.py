@@ -2,27 +2,39 @@
 
 Bad input is data, not an exception that escapes: it becomes a dead letter with an `InvalidRecord`
 reason. A broken dependency is an outage (`retriable`); anything else is a bug and crashes loudly.
+Each error carries the exit code a supervisor acts on (sysexits.h): a configuration error is 78
+(EX_CONFIG, not worth a restart), a dependency unreachable at start-up 69 (EX_UNAVAILABLE).
 """
 
 from __future__ import annotations
+
+EX_UNAVAILABLE = 69
+EX_CONFIG = 78
 
 
 class ModeratorError(Exception):
     """Root of every error this project raises on purpose."""
 
     retriable = False
+    exit_code = 2
 
 
 class ConfigError(ModeratorError):
     """A setting is missing or invalid; the message names the setting."""
 
+    exit_code = EX_CONFIG
+
 
 class ModelError(ModeratorError):
     """A model directory does not meet the contract (README.md, "The default model")."""
 
+    exit_code = EX_CONFIG
+
 
 class PolicyError(ModeratorError):
     """A policy file is invalid or names a label the model does not have."""
+
+    exit_code = EX_CONFIG
 
 
 class InvalidRecord(ModeratorError):
@@ -38,3 +50,11 @@ class KafkaConnectError(ModeratorError):
     """A Kafka client could not connect or authenticate at start-up; the message says why."""
 
     retriable = True
+    exit_code = EX_UNAVAILABLE
+
+
+class ListenError(ModeratorError):
+    """The metrics endpoint cannot listen on its address (most often: the port is taken)."""
+
+    retriable = True  # usually the previous instance, still exiting
+    exit_code = EX_UNAVAILABLE

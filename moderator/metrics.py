@@ -18,18 +18,25 @@ from prometheus_client import (
     generate_latest,
 )
 
+from moderator.errors import ListenError
+
 log = logging.getLogger(__name__)
 
 NAMESPACE = "moderator"
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03,
                      0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+# Send to decision: fine around a tens-of-milliseconds budget, coarse out to a minute-old backlog.
+END_TO_END_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0,
+                        2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
 
 
 class Metrics:
     """Every metric of one moderator, on its own registry (so tests can run several)."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget_s: float = 0.05) -> None:
+        """`budget_s` is also a bucket bound of `end_to_end_seconds`: the share of decisions
+        within budget is then exact, whatever the budget."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         ns = NAMESPACE
@@ -48,9 +55,20 @@ class Metrics:
                                     namespace=ns, registry=r)  # fmt: skip
         self.redis_up = Gauge("redis_up", "1 while the Redis circuit breaker is closed",
                               namespace=ns, registry=r)  # fmt: skip
-        self.stage_seconds = Histogram("stage_seconds", "Time per message in each stage",
-                                       ["stage"], buckets=LATENCY_BUCKETS_S, namespace=ns,
+        self.stage_seconds = Histogram("stage_seconds",
+                                       "Time per message in each stage: queue (waiting for a "
+                                       "model batch) and score (the model call) count the "
+                                       "messages the model scored; total (fetched to decided) "
+                                       "counts every decision, cached and degraded included; "
+                                       "dead letters count in none", ["stage"],
+                                       buckets=LATENCY_BUCKETS_S, namespace=ns,
                                        registry=r)  # fmt: skip
+        self.end_to_end = Histogram("end_to_end_seconds",
+                                    "Decisions by decided_at_ms - sent_at_ms: the latency each "
+                                    "is judged by against the budget (clock skew below 0 "
+                                    "counts as 0)", buckets=sorted({*END_TO_END_BUCKETS_S,
+                                                                    budget_s}),
+                                    namespace=ns, registry=r)  # fmt: skip
         self.batch_size = Histogram("batch_size", "Messages per model batch",
                                     buckets=BATCH_BUCKETS, namespace=ns, registry=r)  # fmt: skip
         self.over_budget = Counter("over_budget", "Decisions later than the latency budget",
@@ -129,3 +147,14 @@ class MetricsServer(ThreadingHTTPServer):
             self.shutdown()
             thread.join()
         self.server_close()
+
+
+def listen(host: str, port: int, metrics: Metrics) -> MetricsServer:
+    """A `MetricsServer` on `host:port`; a busy or bad address is one line, not a traceback."""
+    try:
+        return MetricsServer(host, port, metrics)
+    except OSError as exc:
+        raise ListenError(
+            f"the metrics endpoint cannot listen on {host}:{port}: {exc.strerror or exc} "
+            "(MODERATOR_METRICS_HOST / MODERATOR_METRICS_PORT; 0 picks a free port)"
+        ) from None

@@ -21,7 +21,14 @@ from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
 from moderator.policy import EMPTY_TEXT, Policy, Verdict
-from moderator.records import ChatMessage, Timing, dlq_headers, encode_decision, parse_message
+from moderator.records import (
+    OWN_HEADER_PREFIX,
+    ChatMessage,
+    Timing,
+    dlq_headers,
+    encode_decision,
+    parse_message,
+)
 
 
 class InboundRecord(Protocol):
@@ -39,6 +46,8 @@ class InboundRecord(Protocol):
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
 
 class Outcome(NamedTuple):
@@ -218,6 +227,7 @@ class Pipeline:
             decided_at_ms=decided_at_ms,
             over_budget=over_budget,
         )
+        self.metrics.end_to_end.observe(max(decided_at_ms - msg.sent_at_ms, 0) / 1000)
         if over_budget:
             self.metrics.over_budget.inc()
         if degraded:
@@ -226,7 +236,7 @@ class Pipeline:
         key = m.record.key
         if key is None:  # keep one channel's decisions together even for unkeyed input
             key = msg.channel_id.encode()
-        return Outcome(False, key, value, [], verdict.action)
+        return Outcome(False, key, value, carried_headers(m.record), verdict.action)
 
 
 def dead_letter(record: InboundRecord, err: InvalidRecord) -> Outcome:
@@ -239,4 +249,14 @@ def dead_letter(record: InboundRecord, err: InvalidRecord) -> Outcome:
         offset=record.offset,
         timestamp_ms=record.timestamp,
     )
-    return Outcome(True, record.key, record.value, headers, err.code)
+    return Outcome(True, record.key, record.value, headers + carried_headers(record), err.code)
+
+
+def carried_headers(record: InboundRecord) -> list[tuple[str, bytes]]:
+    """The producer's headers (a `traceparent`, a tenant id), to travel on with the decision or
+    dead letter; any named `moderator.*` are dropped, so the moderator's own always win."""
+    return [
+        (name, value)
+        for name, value in record.headers or ()
+        if not name.startswith(OWN_HEADER_PREFIX)
+    ]

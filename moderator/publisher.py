@@ -253,6 +253,7 @@ class Publisher:
         """Swap a refused outcome for its dead letter (moderator/refusal.py), if it has one."""
         r = delivery.record
         where = f"{r.topic}[{r.partition}]@{r.offset}"
+        ids = {"topic": r.topic, "partition": r.partition, "offset": r.offset}  # for JSON logs
         diverted = divert(delivery.outcome, r, exc, delivery.refusals)
         if diverted is None:
             if delivery.refusals == self.publish_attempts:  # said once
@@ -260,13 +261,14 @@ class Publisher:
                 log.error(
                     "the broker refused the dead-letter receipt for %s %d times (%s); re-sending "
                     "it until it is taken, and holding the partition's commits",
-                    where, delivery.refusals, describe(exc),
+                    where, delivery.refusals, describe(exc), extra=ids,
                 )  # fmt: skip
             return
         kind = "dead_letter" if delivery.outcome.dead_letter else "decision"
         log.error(
             "the broker refused the %s for %s %d times (%s); diverting it to %s",
             kind.replace("_", " "), where, delivery.refusals, describe(exc), self.dlq_topic,
+            extra=ids,
         )  # fmt: skip
         self.metrics.publish_refused.labels(kind).inc()
         delivery.outcome = diverted

@@ -11,6 +11,8 @@ from moderator.errors import InvalidRecord
 
 REQUIRED_IDS = ("message_id", "channel_id", "user_id")
 
+# The moderator's header names; a producer's headers under this prefix are not carried over.
+OWN_HEADER_PREFIX = "moderator."
 # Dead-letter headers: the record's key and value stay untouched, the error travels in headers.
 DLQ_ERROR_CODE = "moderator.error.code"
 DLQ_ERROR_MESSAGE = "moderator.error.message"

@@ -29,7 +29,7 @@ from moderator.config import Settings
 from moderator.connect import start_client, stop_within
 from moderator.degrade import Fallback
 from moderator.ledger import Entry, OffsetLedger
-from moderator.metrics import Metrics, MetricsServer
+from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Outcome, Pipeline
 from moderator.policy import Policy
 from moderator.publisher import Fetched, Publisher
@@ -67,7 +67,7 @@ class Moderator:
 
     def __init__(self, settings: Settings, *, classifier: Classifier | None = None) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = Metrics(budget_s=settings.budget_ms / 1000)
         self._classifier = classifier
         self._metrics_server: MetricsServer | None = None
         self._consumer: AIOKafkaConsumer | None = None
@@ -111,7 +111,7 @@ class Moderator:
         self._started = True
         s = self.settings
         try:
-            self._metrics_server = MetricsServer(s.metrics_host, s.metrics_port, self.metrics)
+            self._metrics_server = listen(s.metrics_host, s.metrics_port, self.metrics)
             self._metrics_server.start()
             if self._classifier is None:
                 s.check_model_dir()
@@ -171,7 +171,7 @@ class Moderator:
                 **s.kafka_options(),
                 group_id=s.group_id,
                 enable_auto_commit=False,
-                auto_offset_reset="earliest",
+                auto_offset_reset=s.auto_offset_reset,
                 fetch_max_wait_ms=s.fetch_max_wait_ms,
                 **s.consumer_timeouts(),
                 client_id="moderator",
@@ -192,6 +192,7 @@ class Moderator:
         log.info(
             "moderating %s → %s (dead letters → %s) as group %s with model %s, policy %s",
             s.in_topic, s.out_topic, s.dlq_topic, s.group_id, classifier.info.ident, policy.ident,
+            extra={"group_id": s.group_id},
         )  # fmt: skip
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:

@@ -1,8 +1,8 @@
 """`moderator run --workers K`: K processes in one consumer group, pinned to disjoint cores.
 
 One process per core set scales past the GIL and keeps each ONNX Runtime instance's threads on
-its own cores. The supervisor forwards SIGINT/SIGTERM, waits for the workers to drain, and exits
-with the worst exit code; a worker that dies takes the others down (no silent half-capacity).
+its own cores. The supervisor asks each worker to drain once, waits for them, and exits with the
+worst exit code; a worker that dies takes the others down (no silent half-capacity).
 """
 
 from __future__ import annotations
@@ -34,22 +34,35 @@ def core_sets(workers: int, cores: Sequence[int] | None = None) -> list[list[int
     return [[cores[i % len(cores)]] for i in range(workers)]
 
 
-def strip_workers_flag(argv: Sequence[str]) -> list[str]:
-    """`argv` without `--workers K` / `--workers=K`, for the workers' own command lines."""
+# Flags the supervisor turns into each worker's own environment: a worker given the supervisor's
+# `--metrics-port` or `--threads` would ignore its MODERATOR_METRICS_PORT / MODERATOR_THREADS.
+PER_WORKER_FLAGS = ("--workers", "--metrics-port", "--threads")
+# Marks a worker's command line: its signal handling differs (cli.py, `_serve`).
+SUPERVISED_FLAG = "--supervised"
+
+
+def worker_argv(argv: Sequence[str]) -> list[str]:
+    """`argv` without the flags set per worker (`--flag V` or `--flag=V`), marked supervised."""
     out: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--workers":
+        elif arg in PER_WORKER_FLAGS:
             skip = True
-        elif not arg.startswith("--workers="):
+        elif arg.split("=", 1)[0] not in PER_WORKER_FLAGS:
             out.append(arg)
-    return out
+    return [*out, SUPERVISED_FLAG]
 
 
 def run_workers(workers: int, argv: Sequence[str], *, threads: int, metrics_port: int) -> int:
-    """Run `moderator run argv...` `workers` times; return the worst exit code."""
+    """Run `moderator run argv...` `workers` times; return the worst exit code.
+
+    Signals may reach the workers twice: systemd's default KillMode=control-group and a terminal's
+    Ctrl+C signal every process, and the supervisor forwards its own. So each worker is sent
+    SIGTERM once (it drains, and a supervised worker ignores a repeated SIGTERM); only a later
+    SIGINT, a second Ctrl+C, is passed on to force an exit.
+    """
     sets = core_sets(workers)
     per_worker = max(1, threads // workers)
     procs: list[subprocess.Popen[bytes]] = []
@@ -57,16 +70,22 @@ def run_workers(workers: int, argv: Sequence[str], *, threads: int, metrics_port
         env = dict(os.environ, MODERATOR_THREADS=str(min(per_worker, len(cores))))
         if metrics_port:
             env["MODERATOR_METRICS_PORT"] = str(metrics_port + i)
-        command = [sys.executable, "-m", "moderator", "run", *argv]
+        command = [sys.executable, "-m", "moderator", "run", *worker_argv(argv)]
         pin = functools.partial(os.sched_setaffinity, 0, cores)
         proc = subprocess.Popen(command, env=env, preexec_fn=pin)
-        log.info("worker %d (pid %d) on cores %s", i, proc.pid, cores)
+        log.info("worker %d (pid %d) on cores %s", i, proc.pid, cores, extra={"worker": i})
         procs.append(proc)
+    stopped: set[int] = set()
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
+            if proc.poll() is not None:
+                continue
+            if proc.pid not in stopped:
+                stopped.add(proc.pid)
+                proc.send_signal(signal.SIGTERM)
+            elif signum == signal.SIGINT:
+                proc.send_signal(signal.SIGINT)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, forward)
@@ -78,7 +97,8 @@ def run_workers(workers: int, argv: Sequence[str], *, threads: int, metrics_port
                 continue
             codes[i] = code
             if code != 0 and len(codes) < len(procs):
-                log.error("worker %d exited with %d; stopping the others", i, code)
+                log.error("worker %d exited with %d; stopping the others", i, code,
+                          extra={"worker": i})  # fmt: skip
                 forward(signal.SIGTERM, None)
         time.sleep(0.1)
     return max(codes.values(), key=abs)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
+from typing import IO
+from urllib.request import urlopen
 
 import orjson
 import pytest
@@ -24,8 +28,14 @@ pytestmark = pytest.mark.integration
 
 
 def start(
-    settings: Settings, *extra: str, threads: int = 1, **overrides: str
+    settings: Settings,
+    *extra: str,
+    threads: int = 1,
+    output: IO[bytes] | None = None,
+    **overrides: str,
 ) -> subprocess.Popen[bytes]:
+    """`moderator run` on `settings` (environment `overrides` on top); its stdout and stderr go
+    to `output` if given."""
     env = dict(
         os.environ,
         MODERATOR_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
@@ -40,7 +50,10 @@ def start(
         MODERATOR_COMMIT_INTERVAL_S="0.2",
     )
     env.update(overrides)
-    return subprocess.Popen([sys.executable, "-m", "moderator", "run", *extra], env=env)
+    command = [sys.executable, "-m", "moderator", "run", *extra]
+    if output is None:
+        return subprocess.Popen(command, env=env)
+    return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
 
 
 async def committed(settings: Settings, partitions: int = 2) -> dict[int, int | None]:
@@ -204,3 +217,182 @@ async def test_two_workers_share_the_stream(settings: Settings) -> None:
         code = await asyncio.to_thread(wait_exit, proc, 40)
     assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
     assert code == 0
+
+
+# -- several workers, and start-up failures ----------------------------------------------------
+
+SERVING = "metrics  http://"  # printed by each process once its signal handlers are in place
+
+
+async def wait_for_lines(
+    proc: subprocess.Popen[bytes], log: Path, text: str, count: int, timeout_s: float = 90
+) -> str:
+    """The output so far, once `text` appears `count` times in `log`; fails if `proc` ends."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        output = await asyncio.to_thread(read, log)
+        if output.count(text) >= count:
+            return output
+        assert proc.poll() is None, f"exited {proc.returncode} early:\n{output[-3000:]}"
+        assert time.monotonic() < deadline, f"no {count}x {text!r} in time:\n{output[-3000:]}"
+        await asyncio.sleep(0.1)
+
+
+def read(log: Path) -> str:
+    return log.read_text(errors="replace")
+
+
+def healthz(port: int) -> int:
+    with urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
+        return int(reply.status)
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def free_port_pair() -> int:
+    """A port P with P and P + 1 both free (for two workers' metrics endpoints)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = int(a.getsockname()[1])
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise AssertionError("no two adjacent free ports")
+
+
+@pytest.mark.parametrize(
+    "supervisor_first", [False, True], ids=["workers-first", "supervisor-first"]
+)
+async def test_sigterm_to_every_process_drains_each_worker_once_and_exits_0(
+    settings: Settings, tmp_path: Path, supervisor_first: bool
+) -> None:
+    """systemd's KillMode=control-group signals every process of the unit, in no fixed order,
+    and the supervisor forwards its own SIGTERM: no worker may take that as "exit now"."""
+    n = 600
+    log = tmp_path / "moderator.log"
+    with log.open("wb") as out:
+        proc = start(settings, "--workers", "2", threads=2, output=out)
+    try:
+        await wait_for_lines(proc, log, SERVING, 2)
+        workers = children(proc.pid)
+        assert len(workers) == 2
+        producing = asyncio.create_task(
+            produce(settings.kafka_bootstrap, settings.in_topic,
+                    [chat(i, f"group stop line {i}") for i in range(n)])
+        )  # fmt: skip
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
+        for pid in [proc.pid, *workers] if supervisor_first else [*workers, proc.pid]:
+            os.kill(pid, signal.SIGTERM)
+        code = await asyncio.to_thread(wait_exit, proc, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    await producing
+    output = read(log)
+    assert code == 0, output[-3000:]
+    assert "exiting now" not in output
+    assert output.count(": finishing in-flight work") == 2, "each worker drained once"
+
+    with log.open("wb") as out:  # every input decided: what the workers left is redone
+        again = start(settings, output=out)
+    try:
+        await wait_for_lines(again, log, SERVING, 1)
+        records = await consume(
+            settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(n), timeout_s=90
+        )
+    finally:
+        again.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(wait_exit, again, 30) == 0
+    assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
+
+
+async def test_metrics_port_flag_gives_each_worker_its_own_port(
+    settings: Settings, tmp_path: Path
+) -> None:
+    port = free_port_pair()
+    log = tmp_path / "moderator.log"
+    with log.open("wb") as out:
+        proc = start(settings, "--workers", "2", "--metrics-port", str(port), threads=2,
+                     output=out)  # fmt: skip
+    try:
+        output = await wait_for_lines(proc, log, SERVING, 2)
+        for p in (port, port + 1):
+            assert f"127.0.0.1:{p}/metrics" in output
+            assert await asyncio.to_thread(healthz, p) == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(wait_exit, proc, 40)
+    assert code == 0, read(log)[-3000:]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_alone(model_dir: Path, *flags: str, **env: str) -> tuple[int, str, float]:
+    """`moderator run` with nothing to reach: (exit code, stderr, seconds); 30 s is a hang."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "moderator", "run", *flags],
+        env=dict(os.environ, MODERATOR_MODEL_DIR=str(model_dir), MODERATOR_THREADS="1", **env),
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stderr, time.monotonic() - began
+
+
+async def test_kafka_unreachable_with_redis_down_too_exits_69_promptly(model_dir: Path) -> None:
+    """Both refusing at once used to leave the Redis probe alive after stop(): no exit, ever."""
+    code, err, took_s = await asyncio.to_thread(
+        run_alone,
+        model_dir,
+        MODERATOR_KAFKA_BOOTSTRAP=f"127.0.0.1:{closed_port()}",
+        MODERATOR_REDIS_URL=f"redis://127.0.0.1:{closed_port()}/0",
+        MODERATOR_METRICS_PORT="0",
+    )
+    assert code == 69, err[-3000:]
+    assert "moderator: error: the producer could not connect to Kafka" in err
+    print(f"failed start exited {code} in {took_s:.1f}s")
+
+
+async def test_a_busy_metrics_port_is_one_line_and_exit_69(model_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err, _ = await asyncio.to_thread(
+            run_alone, model_dir, "--metrics-port", str(port), MODERATOR_REDIS_URL=""
+        )
+    assert code == 69, err[-3000:]
+    assert "Traceback" not in err
+    assert f"moderator: error: the metrics endpoint cannot listen on 127.0.0.1:{port}" in err
+
+
+@pytest.mark.parametrize("level", ["INFO", "WARNING"])
+async def test_json_logs_are_json_lines_to_the_last(model_dir: Path, level: str) -> None:
+    """With MODERATOR_LOG_FORMAT=json a log shipper reads nothing but JSON lines, the error
+    that ends start-up (here a busy metrics port) included; MODERATOR_LOG_LEVEL filters them."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err, _ = await asyncio.to_thread(
+            run_alone, model_dir, "--metrics-port", str(port), MODERATOR_REDIS_URL="",
+            MODERATOR_LOG_FORMAT="json", MODERATOR_LOG_LEVEL=level,
+        )  # fmt: skip
+    assert code == 69, err[-3000:]
+    lines = [orjson.loads(line) for line in err.splitlines()]
+    assert all({"timestamp", "level", "logger", "message"} <= set(line) for line in lines)
+    loading = any(line["message"].startswith("loading model") for line in lines)
+    assert loading == (level == "INFO")
+    if level == "WARNING":
+        assert {line["level"] for line in lines} <= {"WARNING", "ERROR", "CRITICAL"}
+    assert lines[-1]["level"] == "ERROR"
+    assert "the metrics endpoint cannot listen" in lines[-1]["message"]

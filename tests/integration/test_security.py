@@ -332,7 +332,7 @@ async def test_secrets_stay_out_of_debug_logs_metrics_and_records(
     assert orjson.loads(records[0].value)["message_id"].startswith("m-")
 
 
-async def test_a_refused_sasl_login_exits_2_without_the_password(
+async def test_a_refused_sasl_login_exits_69_without_the_password(
     auth_kafka: EmbeddedKafka, settings: Settings
 ) -> None:
     sasl = settings.replace(
@@ -345,7 +345,7 @@ async def test_a_refused_sasl_login_exits_2_without_the_password(
     )
     proc = run_moderator(sasl)
     output = await finish(proc)
-    assert proc.returncode == 2, output[-3000:]
+    assert proc.returncode == 69, output[-3000:]
     assert "moderator: error: the producer could not connect to Kafka" in output
     assert "refused the SASL user name or password" in output
     assert "DEBUG" in output

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 import redis.asyncio as aioredis
+from aiokafka import AIOKafkaProducer
 
 from moderator.cache import cache_key
 from moderator.classifier import Classifier
@@ -418,3 +419,63 @@ async def test_a_slow_redis_opens_the_breaker_is_logged_once_and_decisions_flow(
     warnings = [r for r in caplog.records if r.name == "moderator.cache"]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert "TimeoutError" in warnings[0].getMessage()
+
+
+async def test_auto_offset_reset_latest_leaves_the_retained_backlog_alone(
+    settings: Settings, classifier: Classifier
+) -> None:
+    """A new group id with MODERATOR_AUTO_OFFSET_RESET=latest decides only what arrives after it
+    joined; the default, earliest, would re-moderate the whole retained topic."""
+    # One record per produce request: Tansu 0.6.0 answers "latest" (ListOffsets) with one past
+    # the last batch's first offset, which lands inside a batch of several records.
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for key, value in (chat(i, f"backlog line {i}") for i in range(20)):
+            await producer.send_and_wait(settings.in_topic, value, key=key)
+    finally:
+        await producer.stop()
+    latest = settings.replace(auto_offset_reset="latest")
+    async with Moderator(latest, classifier=classifier) as service:
+        await service.wait_ready(30)
+        # The start position is looked up at the first fetch: send fresh lines until one is
+        # decided, so none can fall before it unseen.
+        decided: dict[str, dict[str, Any]] = {}
+        for round_ in range(30):
+            fresh = [chat(1000 + round_ * 10 + i, f"fresh line {i}") for i in range(10)]
+            await produce(settings.kafka_bootstrap, settings.in_topic, fresh)
+            out = await consume(settings.kafka_bootstrap, settings.out_topic,
+                                until=lambda r: bool(r), timeout_s=2)  # fmt: skip
+            decided = decisions_by_id(out)
+            if decided:
+                break
+    assert decided, "fresh lines were decided"
+    assert not {f"m-{i}" for i in range(20)} & set(decided)
+
+
+async def test_producer_headers_travel_with_the_decision_and_the_dead_letter(
+    moderator: Moderator, settings: Settings
+) -> None:
+    """A `traceparent` and a tenant id reach the decision and the dead letter; a producer's
+    header in the moderator's own `moderator.*` namespace does not (its own values win)."""
+    theirs = [("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+              ("tenant", b"acme")]  # fmt: skip
+    spoofed = [("moderator.error.code", b"forged"), ("moderator.verdict", b"allow")]
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        key, value = chat(1, "gg wp")
+        await producer.send_and_wait(settings.in_topic, value, key=key, headers=theirs + spoofed)
+        await producer.send_and_wait(settings.in_topic, b"{broken", key=b"c-1",
+                                     headers=theirs + spoofed)  # fmt: skip
+    finally:
+        await producer.stop()
+    out = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(1))
+    dead = await consume(settings.kafka_bootstrap, settings.dlq_topic, until=lambda r: bool(r))
+    assert list(out[0].headers) == theirs
+    letter = check_dead_letter_headers(dead[0].headers)
+    assert letter["moderator.error.code"] == "invalid_json"
+    assert (letter["traceparent"], letter["tenant"]) == ("00-4bf92f3577b34da6a3ce929d0e0e4736-"
+                                                         "00f067aa0ba902b7-01", "acme")  # fmt: skip
+    assert "moderator.verdict" not in letter
+    assert [name for name, _ in dead[0].headers].count("moderator.error.code") == 1

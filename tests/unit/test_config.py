@@ -44,6 +44,7 @@ def test_threads_are_capped_at_the_cores_we_may_use() -> None:
         ({"MODERATOR_METRICS_PORT": "70000"}, "MODERATOR_METRICS_PORT"),
         ({"MODERATOR_OUT_TOPIC": "chat.messages"}, "MODERATOR_IN_TOPIC"),
         ({"MODERATOR_POLICY": "/nonexistent.toml"}, "MODERATOR_POLICY"),
+        ({"MODERATOR_AUTO_OFFSET_RESET": "newest"}, "MODERATOR_AUTO_OFFSET_RESET"),
     ],
 )
 def test_bad_settings_fail_naming_the_setting(env: dict[str, str], names: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 
@@ -25,6 +26,7 @@ class Record(NamedTuple):
     partition: int = 0
     offset: int = 0
     timestamp: int = 1_000
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def message(i: int, text: str) -> Record:
@@ -142,3 +144,26 @@ async def test_a_policy_change_needs_no_cache_invalidation(
         assert (again["action"], again["policy"]) == (action, policy.ident)
     calls = pipeline.metrics.registry.get_sample_value("moderator_batch_size_count")
     assert calls == 1, "the model scored the text once, whatever the policy"
+
+
+async def test_end_to_end_latency_is_measured_from_the_send_time(pipeline: Pipeline) -> None:
+    """`moderator_end_to_end_seconds` is what each decision's budget is judged by: an ancient
+    message lands past every finite bucket, a fresh one within them."""
+    now_ms = int(time.time() * 1000)
+    fresh = orjson.dumps({"message_id": "m-1", "channel_id": "c-1", "user_id": "u",
+                          "text": "gg", "sent_at_ms": now_ms})  # fmt: skip
+    await pipeline.process([old_message(0, "gg"), Record(fresh, offset=1)])
+    sample = pipeline.metrics.registry.get_sample_value
+    assert sample("moderator_end_to_end_seconds_count") == 2
+    assert sample("moderator_end_to_end_seconds_bucket", {"le": "60.0"}) == 1
+    assert sample("moderator_end_to_end_seconds_bucket", {"le": "0.05"}) in (0, 1)  # a bound
+    assert sample("moderator_end_to_end_seconds_sum") > 1_000_000  # the 1970 one, in seconds
+
+
+def test_any_budget_is_a_bucket_bound_of_the_end_to_end_histogram() -> None:
+    metrics = Metrics(budget_s=0.035)
+    metrics.end_to_end.observe(0.03)
+    bucket = metrics.registry.get_sample_value(
+        "moderator_end_to_end_seconds_bucket", {"le": "0.035"}
+    )
+    assert bucket == 1

@@ -37,6 +37,7 @@ class Record(NamedTuple):
     value: bytes | None = b'{"message_id":"m"}'
     key: bytes | None = b"c-1"
     timestamp: int = 1_000
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class Payload(NamedTuple):

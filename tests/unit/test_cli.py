@@ -1,0 +1,52 @@
+"""The command line as a supervisor sees it: exit codes, `--version`, the workers' flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from moderator import __version__
+from moderator.classifier import ModelInfo
+from moderator.cli import main
+from moderator.config import DEFAULT_MODEL_DIR
+from moderator.errors import EX_CONFIG
+from moderator.workers import SUPERVISED_FLAG, worker_argv
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--threads", "0"],
+        ["run", "--budget-ms", "fast"],
+        ["run", "--kafka-bootstrap", "no-port"],
+        ["run", "--model-dir", "/nonexistent"],
+        ["score", "--model", "/nonexistent"],
+    ],
+)
+def test_a_configuration_error_exits_78_naming_the_setting(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """78 (EX_CONFIG) is what the systemd unit's RestartPreventExitStatus= names."""
+    assert main(argv) == EX_CONFIG == 78
+    err = capsys.readouterr().err
+    assert err.startswith("moderator: error: ")
+    assert "MODERATOR_" in err or "/nonexistent" in err
+
+
+def test_version_names_the_package_and_the_default_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    ident = ModelInfo.load(DEFAULT_MODEL_DIR).ident
+    assert capsys.readouterr().out == f"moderator {__version__} (default model {ident})\n"
+
+
+def test_workers_get_their_own_metrics_port_and_threads_not_the_supervisors() -> None:
+    """The supervisor sets MODERATOR_METRICS_PORT and MODERATOR_THREADS per worker; a flag
+    passed on unchanged would override them (every worker on one port: "Address in use")."""
+    argv = ["--workers", "2", "--metrics-port", "9108", "--threads=4", "--create-topics",
+            "--metrics-host", "0.0.0.0", "--workers=3", "--budget-ms", "40"]  # fmt: skip
+    assert worker_argv(argv) == [
+        "--create-topics", "--metrics-host", "0.0.0.0", "--budget-ms", "40", SUPERVISED_FLAG
+    ]  # fmt: skip
