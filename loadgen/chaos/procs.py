@@ -148,6 +148,19 @@ class ModeratorProc:
             self.proc.kill()
         self.exit_code = self.proc.wait()
 
+    def terminate_group(self, timeout_s: float = 60.0) -> tuple[int, float]:
+        """SIGTERM to every process of its group at once (systemd's KillMode=control-group),
+        then wait; return (exit code, seconds to exit). Kills the group after `timeout_s`."""
+        start = time.monotonic()
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            code = self.proc.wait()
+        self.exit_code = code
+        return code, time.monotonic() - start
+
     def terminate(self, timeout_s: float = 60.0) -> tuple[int, float]:
         """SIGTERM and wait; return (exit code, seconds to exit). Kills after `timeout_s`."""
         start = time.monotonic()
@@ -187,16 +200,20 @@ class ModeratorEnv:
         )  # fmt: skip
 
 
-def start_moderator(cfg: ModeratorEnv, name: str, log_dir: Path) -> ModeratorProc:
-    """Start `python -m moderator run` (not waiting for it to be ready)."""
+def start_moderator(
+    cfg: ModeratorEnv, name: str, log_dir: Path, args: tuple[str, ...] = ()
+) -> ModeratorProc:
+    """Start `python -m moderator run *args` (not waiting for it to be ready), in a process
+    group of its own, so that a scenario can signal the group the way systemd signals a unit."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{cfg.names.group_id}.{name}.log"
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "moderator", "run"],
+            [sys.executable, "-m", "moderator", "run", *args],
             env=cfg.env(),
             stdout=subprocess.PIPE,
             stderr=log_file,
+            start_new_session=True,
         )
     assert proc.stdout is not None
     return ModeratorProc(name, proc, log_path, time.monotonic(), StdoutReader(proc.stdout))

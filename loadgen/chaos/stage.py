@@ -125,15 +125,19 @@ class Stage:
             extra=tuple(settings.items()),
         )
 
-    def spawn(self, name: str, env: ModeratorEnv | None = None) -> ModeratorProc:
+    def spawn(
+        self, name: str, env: ModeratorEnv | None = None, args: tuple[str, ...] = ()
+    ) -> ModeratorProc:
         """Start a moderator and return at once (it loads its model, then joins the group)."""
-        proc = start_moderator(env or self.env(), name, self.log_dir)
+        proc = start_moderator(env or self.env(), name, self.log_dir, args)
         self.procs.append(proc)
         return proc
 
-    async def start(self, name: str, env: ModeratorEnv | None = None) -> ModeratorProc:
+    async def start(
+        self, name: str, env: ModeratorEnv | None = None, args: tuple[str, ...] = ()
+    ) -> ModeratorProc:
         """Start a moderator and wait until it consumes."""
-        proc = self.spawn(name, env)
+        proc = self.spawn(name, env, args)
         await asyncio.to_thread(proc.wait_ready)
         return proc
 

@@ -64,6 +64,7 @@ def test_the_report_has_the_machine_the_tables_and_what_failed() -> None:
 
 def test_every_scenario_is_listed_and_quick_is_shorter() -> None:
     assert list(SCENARIOS) == ["sigkill", "sigkill-3s", "sigkill-10s", "rebalance", "sigterm",
+                               "sigterm-workers",
                                "redis-kill", "redis-freeze", "broker-freeze",
                                "broker-freeze-long", "publish-fail", "publish-hold", "overload",
                                "hostile"]  # fmt: skip
