@@ -200,15 +200,19 @@ async def rebalance(ctx: Context, res: ScenarioResult) -> None:
 # -- 3. SIGTERM under load -----------------------------------------------------------------------
 
 
-async def sigterm(ctx: Context, res: ScenarioResult) -> None:
+async def sigterm(ctx: Context, res: ScenarioResult, *, workers: int = 1) -> None:
+    """SIGTERM under load; with `workers` > 1, `run --workers` and SIGTERM to every process of
+    its group at once, as systemd's KillMode=control-group does."""
     p = ctx.plan
     deadline_s = 15.0
-    async with ctx.stage("term") as st:
-        a = await st.start("a", st.env(shutdown_timeout_s=str(deadline_s)))
+    args = ("--workers", str(workers)) if workers > 1 else ()
+    async with ctx.stage("term" if workers == 1 else "termgroup") as st:
+        a = await st.start("a", st.env(shutdown_timeout_s=str(deadline_s)), args)
         load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.after_s))
         await asyncio.sleep(p.fault_at_s)
         fault_ms = now_ms()
-        code, exit_s = await asyncio.to_thread(a.terminate, 60)
+        stop = a.terminate if workers == 1 else a.terminate_group
+        code, exit_s = await asyncio.to_thread(stop, 60)
         committed = await st.committed()
         lg = st.obs.ledger
         await asyncio.sleep(0.5)  # let the observer read what a published last
@@ -228,35 +232,6 @@ async def sigterm(ctx: Context, res: ScenarioResult) -> None:
                   f"{exit_s:.2f} s")  # fmt: skip
         res.check("nothing committed without its decision", not undecided_committed,
                   f"{len(undecided_committed)} committed inputs without a decision")  # fmt: skip
-        res.check("duplicates only from the uncommitted rest", res.duplicated <= redo,
-                  f"{res.duplicated} duplicated, {redo} uncommitted")  # fmt: skip
-        if not res.passed:
-            _attach_logs(res, a, b)
-
-
-async def sigterm_workers(ctx: Context, res: ScenarioResult) -> None:
-    """`run --workers 2`, and SIGTERM to every process of the group at once, as systemd's
-    KillMode=control-group does: each worker drains once, the supervisor exits 0."""
-    p = ctx.plan
-    deadline_s = 15.0
-    async with ctx.stage("termgroup") as st:
-        a = await st.start("a", st.env(shutdown_timeout_s=str(deadline_s)), ("--workers", "2"))
-        load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.after_s))
-        await asyncio.sleep(p.fault_at_s)
-        fault_ms = now_ms()
-        code, exit_s = await asyncio.to_thread(a.terminate_group, 60)
-        committed = await st.committed()
-        lg = st.obs.ledger
-        await asyncio.sleep(0.5)  # let the observer read what a published last
-        redo = _uncommitted_decided(lg, committed, before_ms=float("inf"))
-        b = await st.start("b")
-        await _traffic_and_finish(st, res, load, fault_ms)
-        res.figure("exit code, time to exit", f"{code}, {exit_s:.2f} s "
-                   f"(MODERATOR_SHUTDOWN_TIMEOUT_S={deadline_s:g})")  # fmt: skip
-        res.figure("decided but left uncommitted by the exit (redone by the next)", redo)
-        res.check("supervisor exit code 0", code == 0, code)
-        res.check("exited within the shutdown deadline", exit_s <= deadline_s + 2,
-                  f"{exit_s:.2f} s")  # fmt: skip
         res.check("duplicates only from the uncommitted rest", res.duplicated <= redo,
                   f"{res.duplicated} duplicated, {redo} uncommitted")  # fmt: skip
         if not res.passed:
@@ -790,7 +765,7 @@ SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
     "sigterm-workers": ("SIGTERM to every process, --workers 2", "`run --workers 2` under "
                         "load; SIGTERM to the whole process group at once (systemd's "
                         "KillMode=control-group); a new instance started after the exit",
-                        sigterm_workers),
+                        functools.partial(sigterm, workers=2)),
     "redis-kill": ("Redis killed, restarted", "Redis SIGKILLed under load, restarted empty "
                    "on its port", redis_killed),
     "redis-freeze": ("Redis frozen", "Redis SIGSTOPped under load (calls hang), then "
