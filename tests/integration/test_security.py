@@ -27,10 +27,10 @@ import orjson
 import pytest
 import redis
 
+from devstack.embedded import EmbeddedKafka, EmbeddedRedis, free_port
 from moderator.cache import KEY_PREFIX
 from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.embedded import EmbeddedKafka, EmbeddedRedis, free_port
 from moderator.errors import KafkaConnectError
 from moderator.redaction import forms
 from moderator.service import Moderator

@@ -12,10 +12,10 @@ import pytest
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
+from devstack.embedded import EmbeddedRedis
 from moderator.cache import cache_key
 from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.embedded import EmbeddedRedis
 from moderator.policy import Policy
 from moderator.records import (
     DLQ_ERROR_CODE,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trustme
 
-from moderator.embedded import EmbeddedServerError, TlsFiles, _ServerProcess
+from devstack.embedded import EmbeddedServerError, TlsFiles, _ServerProcess
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.bench.profile import summarize_folded
-from loadgen.bench.scaleup import layout_label, layouts
-from loadgen.bench.texts import bench_texts, repeat_share
+from bench.profile import summarize_folded
+from bench.scaleup import layout_label, layouts
+from bench.texts import bench_texts, repeat_share
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.bench import report
+from bench import report
 
 BASELINE = {"key": "torch-padded", "label": "BERT-base", "mode": "batch1", "threads": 2,
             "p50_ms": 180.0, "msgs_per_s": 5.0, "note": ""}  # fmt: skip

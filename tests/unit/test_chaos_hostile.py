@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from loadgen.chaos.hostile import CASES, DECISION, JUNK, VALID, burst, judge
+from chaos.hostile import CASES, DECISION, JUNK, VALID, burst, judge
 from moderator.errors import InvalidRecord
 from moderator.records import parse_message
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from loadgen.chaos.ledger import Ledger, quantile
+from chaos.ledger import Ledger, quantile
 
 
 def sent(lg: Ledger, n: int, *, channel: str = "c-1", at_ms: int, partition: int = 0) -> None:

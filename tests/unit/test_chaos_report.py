@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.chaos.hostile import CASES, CaseOutcome
-from loadgen.chaos.procs import ModeratorEnv, metric_sum
-from loadgen.chaos.report import render
-from loadgen.chaos.results import ScenarioResult
-from loadgen.chaos.scenarios import SCENARIOS, Plan, reject_window_schema
-from loadgen.child import moderator_env
+from chaos.hostile import CASES, CaseOutcome
+from chaos.procs import ModeratorEnv
+from chaos.report import render
+from chaos.results import ScenarioResult
+from chaos.scenarios import SCENARIOS, Plan, reject_window_schema
+from devstack.child import Samples, moderator_env
 from loadgen.kafka import TopicSet
 
 METRICS = """\
@@ -24,11 +24,13 @@ moderator_in_flight_extra 100.0
 """
 
 
-def test_metric_sum_reads_one_sample_or_the_sum_of_a_family() -> None:
-    assert metric_sum(METRICS, 'moderator_commits_total{result="failed"}') == 3.0
-    assert metric_sum(METRICS, "moderator_commits_total") == 15.0
-    assert metric_sum(METRICS, "moderator_in_flight") == 7.0
-    assert metric_sum(METRICS, "moderator_absent") == 0.0
+def test_samples_read_one_sample_or_the_sum_of_a_family() -> None:
+    samples = Samples(METRICS)
+    assert samples.total("moderator_commits_total", result="failed") == 3.0
+    assert samples.total("moderator_commits_total") == 15.0
+    assert samples.total("moderator_in_flight") == 7.0
+    assert samples.total("moderator_absent") == 0.0
+    assert samples.by("moderator_commits_total", "result") == {"ok": 12.0, "failed": 3.0}
 
 
 def result(key: str, *, ok: bool) -> ScenarioResult:
@@ -47,7 +49,7 @@ def test_the_report_has_the_machine_the_tables_and_what_failed() -> None:
         CaseOutcome(CASES["zalgo"], sent=3, outcomes={"decision": 3}),
         CaseOutcome(CASES["tombstone"], sent=2, outcomes={"empty_value": 2}),
     ]
-    text = render([good, bad], quick=True, wall_s=90, command="python -m loadgen.chaos --quick")
+    text = render([good, bad], quick=True, wall_s=90, command="python -m chaos --quick")
     assert "Machine: **" in text
     assert "**1 of 2 scenarios passed.**" in text
     assert (
@@ -83,9 +85,9 @@ def test_the_refusal_schema_names_the_window_and_the_ids() -> None:
 
 
 def test_child_env_maps_settings_to_moderator_variables(tmp_path: Path) -> None:
-    names = TopicSet("i", "o", "d", "g")
-    env = moderator_env("127.0.0.1:1", names, model_dir=tmp_path, threads=2, redis_url="",
-                        session_timeout_ms="3000")  # fmt: skip
+    cfg = ModeratorEnv("127.0.0.1:1", "", TopicSet("i", "o", "d", "g"), tmp_path, threads=2,
+                       extra=(("session_timeout_ms", "3000"),))  # fmt: skip
+    env = cfg.env()
     assert env["MODERATOR_SESSION_TIMEOUT_MS"] == "3000"
     assert env["MODERATOR_METRICS_PORT"] == "0"
     assert (env["MODERATOR_IN_TOPIC"], env["MODERATOR_GROUP_ID"]) == ("i", "g")
@@ -95,8 +97,7 @@ def test_child_env_ignores_the_shells_moderator_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MODERATOR_SESSION_TIMEOUT_MS", "999999")
-    env = moderator_env("h:1", TopicSet("i", "o", "d", "g"), model_dir=tmp_path, threads=1,
-                        redis_url="")  # fmt: skip
+    env = moderator_env(kafka_bootstrap="h:1", model_dir=tmp_path, threads=1, redis_url="")
     assert "MODERATOR_SESSION_TIMEOUT_MS" not in env
 
 

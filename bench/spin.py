@@ -1,7 +1,7 @@
 """Diagnosis: what ONNX Runtime's spin-waiting threads cost the moderator's latency.
 
 One process, open-loop load at half the pipeline's saturation rate (the latency target's load),
-three ways: 2 intra-op threads spinning (ONNX Runtime's default, `loadgen.bench.withspin`),
+three ways: 2 intra-op threads spinning (ONNX Runtime's default, `bench.withspin`),
 2 threads with spinning off (the moderator as shipped), and 1 thread. Fresh moderator, topics
 and group per run, cache off.
 """
@@ -12,14 +12,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from loadgen.bench.pipeline import latency_run
-from loadgen.bench.stack import ModeratorConfig
+from bench.pipeline import latency_run
+from bench.stack import ModeratorConfig
 from loadgen.hop import measure_hop
 from moderator.loop import run
 
 log = logging.getLogger(__name__)
 
-WITHSPIN_MODULE = "loadgen.bench.withspin"
+WITHSPIN_MODULE = "bench.withspin"
 
 
 def variants(threads: int) -> list[tuple[str, int, str]]:

@@ -1,4 +1,4 @@
-"""Chaos runs: real moderator processes, real faults, nothing lost (`python -m loadgen.chaos`).
+"""Chaos runs: real moderator processes, real faults, nothing lost (`python -m chaos`).
 
 Each scenario starts its own embedded Tansu broker and Redis, runs `python -m moderator run` as
 child processes, drives open-loop traffic with `loadgen.runner.run_load`, injects one fault

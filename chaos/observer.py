@@ -17,7 +17,7 @@ from typing import Self
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from loadgen.chaos.ledger import Ledger
+from chaos.ledger import Ledger
 from loadgen.kafka import TopicSet, assign_at_end
 from moderator.records import (
     DLQ_DECISION,

@@ -19,13 +19,14 @@ from typing import Any, Self
 
 import orjson
 
-from loadgen.chaos.observer import Observer, committed_offsets
-from loadgen.chaos.procs import Broker, ModeratorEnv, ModeratorProc, start_moderator
+from chaos.observer import Observer, committed_offsets
+from chaos.procs import Broker, ModeratorEnv, start_moderator
+from devstack.child import ModeratorChild
+from devstack.embedded import EmbeddedRedis
 from loadgen.config import LoadConfig
 from loadgen.kafka import TopicSet, assign_at_end, make_consumer, make_producer
 from loadgen.runner import run_load
 from loadgen.summary import LoadSummary
-from moderator.embedded import EmbeddedRedis
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class Stage:
         self.broker: Broker | None = None
         self.redis: EmbeddedRedis | None = EmbeddedRedis() if redis else None
         self.observer: Observer | None = None
-        self.procs: list[ModeratorProc] = []
+        self.procs: list[ModeratorChild] = []
         self._stack = contextlib.AsyncExitStack()
 
     @property
@@ -127,7 +128,7 @@ class Stage:
 
     def spawn(
         self, name: str, env: ModeratorEnv | None = None, args: tuple[str, ...] = ()
-    ) -> ModeratorProc:
+    ) -> ModeratorChild:
         """Start a moderator and return at once (it loads its model, then joins the group)."""
         proc = start_moderator(env or self.env(), name, self.log_dir, args)
         self.procs.append(proc)
@@ -135,7 +136,7 @@ class Stage:
 
     async def start(
         self, name: str, env: ModeratorEnv | None = None, args: tuple[str, ...] = ()
-    ) -> ModeratorProc:
+    ) -> ModeratorChild:
         """Start a moderator and wait until it consumes."""
         proc = self.spawn(name, env, args)
         await asyncio.to_thread(proc.wait_ready)

@@ -1,4 +1,4 @@
-"""`python -m loadgen.bench.withspin run ...`: the moderator with ONNX Runtime's spin-waiting on.
+"""`python -m bench.withspin run ...`: the moderator with ONNX Runtime's spin-waiting on.
 
 A diagnostic for the benchmark, not a way to run the service. The moderator turns
 `session.intra_op.allow_spinning` off (see `moderator/classifier.py`); this wrapper forces every

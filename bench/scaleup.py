@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from loadgen.bench.pipeline import drain_run, latency_run
-from loadgen.bench.stack import ModeratorConfig
-from loadgen.bench.texts import bench_texts
+from bench.pipeline import drain_run, latency_run
+from bench.stack import ModeratorConfig
+from bench.texts import bench_texts
 from loadgen.hop import measure_hop
 from moderator.loop import run
 from moderator.workers import core_sets

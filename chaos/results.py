@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.chaos.hostile import CaseOutcome
-from loadgen.chaos.ledger import Ledger
+from chaos.hostile import CaseOutcome
+from chaos.ledger import Ledger
 
 
 def now_ms() -> float:

@@ -158,7 +158,7 @@ def distilbert_model_dir(root: Path = BENCH_BUILD_DIR) -> Path:
     return build_shape("distilbert-base", root).fused_int8
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m loadgen.bench.artifacts`
+if __name__ == "__main__":  # pragma: no cover - `python -m bench.artifacts`
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for name, built in build_all().items():
         print(name, built)

@@ -1,4 +1,4 @@
-"""`python -m loadgen.bench [--quick]`: run the benchmark suite and regenerate BENCHMARKS.md.
+"""`python -m bench [--quick]`: run the benchmark suite and regenerate BENCHMARKS.md.
 
 Sections run in order (ladder, pipeline with memory, scale-up); after each one the results are
 saved (`models/build/bench/results.json`) and the report and plots are written, so a partial run
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.bench import artifacts, plots, report
-from loadgen.bench.ladder import RungResult
-from loadgen.bench.memory import memory_from_pipeline
+from bench import artifacts, plots, report
+from bench.ladder import RungResult
+from bench.memory import memory_from_pipeline
 from loadgen.machine import machine_info, machine_label, usable_cores
 from moderator.config import REPO_ROOT
 
-log = logging.getLogger("loadgen.bench")
+log = logging.getLogger("bench")
 
 SECTIONS = ("ladder", "pipeline", "spin", "scaleup")
 RESULTS_FILE = artifacts.BENCH_BUILD_DIR / "results.json"
@@ -63,7 +63,7 @@ QUICK = Plan(
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m loadgen.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="a ~3-minute smoke version")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help=f"comma-separated subset of {','.join(SECTIONS)}")  # fmt: skip
@@ -113,8 +113,8 @@ class Bench:
         write_report(self.results, self.args.out, self.args.plots)
 
     def ladder(self) -> None:
-        from loadgen.bench import ladder
-        from loadgen.bench.texts import bench_texts, repeat_share
+        from bench import ladder
+        from bench.texts import bench_texts, repeat_share
 
         plan = ladder.LadderPlan(self.plan.ladder_budget_s, self.plan.ladder_texts,
                                  self.plan.ladder_backlog)  # fmt: skip
@@ -145,7 +145,7 @@ class Bench:
             self.save()
 
     def pipeline(self, bootstrap: str) -> None:
-        from loadgen.bench.pipeline import PipelinePlan, run_model
+        from bench.pipeline import PipelinePlan, run_model
 
         section: dict[str, Any] = {}
         self.results["pipeline"] = section
@@ -169,7 +169,7 @@ class Bench:
             self.save()
 
     def spin(self, bootstrap: str) -> None:
-        from loadgen.bench.spin import run_spin
+        from bench.spin import run_spin
 
         section: dict[str, Any] = {}
         self.results["spin"] = section
@@ -184,7 +184,7 @@ class Bench:
             self.save()
 
     def scaleup(self, bootstrap: str) -> None:
-        from loadgen.bench.scaleup import run_scaleup
+        from bench.scaleup import run_scaleup
 
         section: dict[str, Any] = {}
         self.results["scaleup"] = section
@@ -292,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "ladder" in sections:
         bench.ladder()
     if {"pipeline", "spin", "scaleup"} & set(sections):
-        from moderator.embedded import EmbeddedKafka
+        from devstack.embedded import EmbeddedKafka
 
         artifacts.build_all()
         with EmbeddedKafka() as kafka:

@@ -1,4 +1,4 @@
-"""`python -m loadgen.chaos [--quick]`: run the fault scenarios, write RELIABILITY.md."""
+"""`python -m chaos [--quick]`: run the fault scenarios, write RELIABILITY.md."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ from pathlib import Path
 
 import orjson
 
-from loadgen.chaos.procs import default_log_dir
-from loadgen.chaos.report import render
-from loadgen.chaos.results import ScenarioResult
-from loadgen.chaos.scenarios import SCENARIOS, Context, Plan, run_scenario
+from chaos.procs import default_log_dir
+from chaos.report import render
+from chaos.results import ScenarioResult
+from chaos.scenarios import SCENARIOS, Context, Plan, run_scenario
 from moderator import loop
 from moderator.config import REPO_ROOT, Settings
 
-log = logging.getLogger("loadgen.chaos")
+log = logging.getLogger("chaos")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.chaos", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter traffic and bursts")
     parser.add_argument(
         "--only", default="", help=f"comma-separated subset of {','.join(SCENARIOS)}"
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings.check_model_dir()
     ctx = Context(Plan.make(args.quick), settings.model_dir, args.log_dir)
     start = time.monotonic()
-    command = "python -m loadgen.chaos" + (" --quick" if args.quick else "")
+    command = "python -m chaos" + (" --quick" if args.quick else "")
     if args.only:
         command += f" --only {args.only}"
 

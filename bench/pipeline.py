@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.bench.ladder import backlog_rung
-from loadgen.bench.profile import finish_profile, start_profile
-from loadgen.bench.stack import ModeratorConfig, create_topics, drain, moderator, warm_up
-from loadgen.bench.texts import SEED, bench_texts
-from loadgen.child import read_status_kb
+from bench.ladder import backlog_rung
+from bench.profile import finish_profile, start_profile
+from bench.stack import ModeratorConfig, create_topics, drain, moderator, warm_up
+from bench.texts import SEED, bench_texts
+from devstack.child import read_status_kb
 from loadgen.config import LoadConfig
 from loadgen.hop import HopResult, measure_hop
 from loadgen.kafka import TopicSet
@@ -68,7 +68,7 @@ def drain_run(
     run(create_topics(bootstrap, names))
     with moderator(cfg, bootstrap, names) as mp:
         run(warm_up(bootstrap, names, texts))
-        pids = mp.pids()
+        pids = mp.worker_pids()
         warm = [read_status_kb(pid) for pid in pids]
         result = run(drain(bootstrap, names, texts, prefix=f"{tag}-d", timeout_s=300))
         after = [read_status_kb(pid) for pid in pids]

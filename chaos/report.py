@@ -6,8 +6,8 @@ import datetime as dt
 import platform
 from collections.abc import Sequence
 
-from loadgen.chaos.hostile import DECISION, CaseOutcome
-from loadgen.chaos.results import ScenarioResult
+from chaos.hostile import DECISION, CaseOutcome
+from chaos.results import ScenarioResult
 from loadgen.machine import machine_label
 
 BUDGET_MS = 50

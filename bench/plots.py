@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from loadgen.bench.report import SHAPE_NAMES, ratio
+from bench.report import SHAPE_NAMES, ratio
 
 PERCENTILES = (("p50_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99"), ("p999_ms", "p99.9"))
 

@@ -21,11 +21,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from loadgen.chaos.hostile import CASES, DECISION, MIB, burst, judge
-from loadgen.chaos.ledger import Ledger
-from loadgen.chaos.procs import ModeratorProc, metric_sum
-from loadgen.chaos.results import ScenarioResult, now_ms
-from loadgen.chaos.stage import BUDGET_MS, Stage, drain_rate
+from chaos.hostile import CASES, DECISION, MIB, burst, judge
+from chaos.ledger import Ledger
+from chaos.results import ScenarioResult, now_ms
+from chaos.stage import BUDGET_MS, Stage, drain_rate
+from devstack.child import ModeratorChild, read_status_kb
 from loadgen.kafka import TopicSet
 from moderator.config import Settings
 from moderator.publisher import RETRY_BACKOFF_S, RETRY_JITTER
@@ -103,9 +103,19 @@ async def _traffic_and_finish(
     res.figure("generator send lag p99", _fmt_ms(summary.send_lag_p99_ms))
 
 
-def _attach_logs(res: ScenarioResult, *procs: ModeratorProc) -> None:
+def _count(proc: ModeratorChild, needle: str) -> int:
+    """Lines of its output (stdout and log) that contain `needle`."""
+    return sum(1 for line in proc.output().splitlines() if needle in line)
+
+
+def _rss_kb(proc: ModeratorChild) -> int | None:
+    """VmRSS of the process, in kB (None once it is gone)."""
+    return read_status_kb(proc.pid, ["VmRSS"]).get("VmRSS")
+
+
+def _attach_logs(res: ScenarioResult, *procs: ModeratorChild) -> None:
     for proc in procs:
-        res.logs.append((f"{proc.name} (pid {proc.pid})", proc.log_tail(25)))
+        res.logs.append((f"{proc.name} (pid {proc.pid})", proc.output(25)))
 
 
 # -- 1. SIGKILL then restart -------------------------------------------------------------------
@@ -157,7 +167,6 @@ def _offsets(committed: dict[int, int | None]) -> str:
 # -- 2. instances join and leave -----------------------------------------------------------------
 
 COMMIT_FAILED_LOG = "commit failed"
-FAILED_COMMITS = 'moderator_commits_total{result="failed"}'
 
 
 async def rebalance(ctx: Context, res: ScenarioResult) -> None:
@@ -171,13 +180,13 @@ async def rebalance(ctx: Context, res: ScenarioResult) -> None:
         ready = await asyncio.gather(asyncio.to_thread(b.wait_ready),
                                      asyncio.to_thread(c.wait_ready))  # fmt: skip
         await asyncio.sleep(p.hold_s)
-        failed_bc = [x.metric(FAILED_COMMITS) or 0.0 for x in (b, c)]
+        failed_bc = [x.metric("moderator_commits_total", result="failed") or 0.0 for x in (b, c)]
         leave_ms = now_ms()
         exits = await asyncio.gather(asyncio.to_thread(b.terminate, 60),
                                      asyncio.to_thread(c.terminate, 60))  # fmt: skip
         await _traffic_and_finish(st, res, load, join_ms)
-        failed_a = a.metric(FAILED_COMMITS) or 0.0
-        logged = sum(x.count_log(COMMIT_FAILED_LOG) for x in (a, b, c))
+        failed_a = a.metric("moderator_commits_total", result="failed") or 0.0
+        logged = sum(_count(x, COMMIT_FAILED_LOG) for x in (a, b, c))
         violations = st.obs.ledger.order_violations()
         res.figure("b, c ready after", " / ".join(_fmt_s(r) for r in ready))
         res.figure("b, c SIGTERM exit (code, seconds)",
@@ -245,12 +254,12 @@ Samples = list[tuple[float, dict[str, float]]]
 
 
 async def _sample(
-    proc: ModeratorProc, names: tuple[str, ...], out: Samples, interval_s: float = 0.25
+    proc: ModeratorChild, names: tuple[str, ...], out: Samples, interval_s: float = 0.25
 ) -> None:
     while True:
-        text = await asyncio.to_thread(proc.metrics_text)
-        if text is not None:
-            out.append((now_ms(), {n: metric_sum(text, n) for n in names}))
+        samples = await asyncio.to_thread(proc.scrape)
+        if samples is not None:
+            out.append((now_ms(), {n: samples.total(n) for n in names}))
         await asyncio.sleep(interval_s)
 
 
@@ -348,7 +357,7 @@ async def broker_frozen(ctx: Context, res: ScenarioResult, freeze_s: float | Non
         thaw_ms = now_ms()
         await _traffic_and_finish(st, res, load, fault_ms, timeout_s=180)
         lg = st.obs.ledger
-        crashes = a.count_log("failed; stopping the moderator")
+        crashes = _count(a, "failed; stopping the moderator")
         res.figure("frozen for", f"{freeze_s:g} s (SIGSTOP, then SIGCONT)")
         res.figure("thaw → first decision of a message sent after the thaw",
                    _fmt_s(lg.first_decision_after(thaw_ms)))  # fmt: skip
@@ -357,11 +366,9 @@ async def broker_frozen(ctx: Context, res: ScenarioResult, freeze_s: float | Non
         )
         res.figure("publish re-sends (timed-out or failed deliveries)",
                    f"{a.metric('moderator_publish_retries_total') or 0:.0f}")  # fmt: skip
-        failed, ok = (
-            a.metric(f'moderator_commits_total{{result="{r}"}}') or 0 for r in ("failed", "ok")
-        )
+        failed, ok = (a.metric("moderator_commits_total", result=r) or 0 for r in ("failed", "ok"))
         res.figure("commits failed / succeeded", f"{failed:.0f} / {ok:.0f}")
-        res.figure("warnings logged", a.count_log("WARNING"))
+        res.figure("warnings logged", _count(a, "WARNING"))
         res.check("the moderator never stopped (no crash, no restart)", a.alive() and not crashes,
                   f"alive={a.alive()}, fatal log lines {crashes}")  # fmt: skip
         if not res.passed:
@@ -436,7 +443,7 @@ async def publish_failure(ctx: Context, res: ScenarioResult, *, hold: bool = Fal
         else:
             await _publish_diverted(st, res, a, load, (lo_ms, hi_ms), fault_ms, snapshots)
         sampler.cancel()
-        backoffs = [(int(m.group(1)), float(m.group(2))) for m in RETRY_LOG.finditer(a.log_text())]
+        backoffs = [(int(m.group(1)), float(m.group(2))) for m in RETRY_LOG.finditer(a.output())]
         res.figure("back-offs seen in the log (s)", _backoff_summary([b for _, b in backoffs]))
         res.check("retries back off", _backoffs_grow(backoffs), _backoffs_by_attempt(backoffs))
         res.check("other decisions kept flowing", lg.decided_between(hi_ms, hi_ms + 4000) > 0,
@@ -446,7 +453,7 @@ async def publish_failure(ctx: Context, res: ScenarioResult, *, hold: bool = Fal
 async def _publish_held(
     st: Stage,
     res: ScenarioResult,
-    a: ModeratorProc,
+    a: ModeratorChild,
     load: asyncio.Task[Any],
     hi_ms: float,
     fault_ms: float,
@@ -495,7 +502,7 @@ COMMIT_SEEN_MARGIN_MS = 1000.0  # the observer reads a dead letter this long aft
 async def _publish_diverted(
     st: Stage,
     res: ScenarioResult,
-    a: ModeratorProc,
+    a: ModeratorChild,
     load: asyncio.Task[Any],
     window: tuple[float, float],
     fault_ms: float,
@@ -505,7 +512,7 @@ async def _publish_diverted(
     lo_ms, hi_ms = window
     lg = st.obs.ledger
     await _traffic_and_finish(st, res, load, fault_ms, timeout_s=60, diverts=True)
-    refused = a.metric('moderator_publish_refused_total{outcome="decision"}') or 0.0
+    refused = a.metric("moderator_publish_refused_total", outcome="decision") or 0.0
     retries = a.metric("moderator_publish_retries_total") or 0.0
     code, exit_s = await asyncio.to_thread(a.terminate, 60)
     committed = await st.committed()
@@ -608,7 +615,7 @@ async def overload(ctx: Context, res: ScenarioResult) -> None:
         sampler = asyncio.create_task(_sample(a, names, samples))
         rss_task = asyncio.create_task(_sample_rss(a, rss))
         await asyncio.sleep(1.0)
-        base_kb = a.rss_kb() or 0
+        base_kb = _rss_kb(a) or 0
         fault_ms = now_ms()
         load = asyncio.create_task(st.load(rate, p.overload_s, dup_ratio=0.0))
         summary = await load
@@ -649,9 +656,9 @@ async def overload(ctx: Context, res: ScenarioResult) -> None:
             _attach_logs(res, a)
 
 
-async def _sample_rss(proc: ModeratorProc, out: list[tuple[float, int]]) -> None:
+async def _sample_rss(proc: ModeratorChild, out: list[tuple[float, int]]) -> None:
     while True:
-        kb = proc.rss_kb()
+        kb = _rss_kb(proc)
         if kb is not None:
             out.append((now_ms(), kb))
         await asyncio.sleep(0.2)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.bench.artifacts import ShapeArtifacts, torch_module
+from bench.artifacts import ShapeArtifacts, torch_module
 from moderator.batcher import BatchScorer
 from moderator.cache import VerdictCache, cache_key
 from moderator.classifier import Classifier, TokenIds

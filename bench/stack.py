@@ -10,19 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import subprocess
-import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
-from loadgen.child import StdoutReader, is_ready, moderator_env
+from devstack.child import ModeratorChild, moderator_env
+from devstack.embedded import EmbeddedRedis
 from loadgen.kafka import TopicSet, assign_at_end, make_consumer, make_producer
-from moderator.embedded import EmbeddedRedis, terminate
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -46,85 +44,23 @@ class ModeratorConfig:
     def env(self, bootstrap: str, names: TopicSet, redis_url: str) -> dict[str, str]:
         no_cache = {} if self.cache else {"l1_cache_size": "0"}
         return moderator_env(
-            bootstrap, names, model_dir=self.model_dir, threads=self.threads,
-            redis_url=redis_url, degraded_mode="off",  # every message waits for the model
+            kafka_bootstrap=bootstrap, **asdict(names), model_dir=self.model_dir,
+            threads=self.threads, redis_url=redis_url,
+            degraded_mode="off",  # every message waits for the model
             **no_cache,
         )  # fmt: skip
 
 
-@dataclass
-class ModeratorProcess:
-    """A running `moderator run` (one process, or a supervisor with `workers` children)."""
-
-    proc: subprocess.Popen[bytes]
-    workers: int
-    stdout: StdoutReader
-
-    @property
-    def metrics_ports(self) -> list[int]:
-        return self.stdout.metrics_ports
-
-    def pids(self) -> list[int]:
-        """The processes that moderate: the workers' pids, or the single process's."""
-        if self.workers <= 1:
-            return [self.proc.pid]
-        return child_pids(self.proc.pid)
-
-    def output(self) -> str:
-        return "".join(self.stdout.lines[-40:])
-
-
-def child_pids(pid: int) -> list[int]:
-    """Direct children of `pid` (Linux /proc)."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            text = (task / "children").read_text().split()
-            found.extend(int(p) for p in text)
-    return sorted(found)
-
-
 @contextlib.contextmanager
-def moderator(
-    cfg: ModeratorConfig, bootstrap: str, names: TopicSet, *, stderr: IO[str] | None = None
-) -> Iterator[ModeratorProcess]:
+def moderator(cfg: ModeratorConfig, bootstrap: str, names: TopicSet) -> Iterator[ModeratorChild]:
     """Start `moderator run` (with a fresh Redis when the cache is on); stop it on exit."""
     with contextlib.ExitStack() as stack:
-        redis_url = ""
-        if cfg.cache:
-            redis_url = stack.enter_context(EmbeddedRedis()).url
-        command = [sys.executable, "-m", cfg.module, "run"]
-        if cfg.workers > 1:
-            command += ["--workers", str(cfg.workers)]
-        proc = subprocess.Popen(
-            command,
-            env=cfg.env(bootstrap, names, redis_url),
-            stdout=subprocess.PIPE,
-            stderr=stderr if stderr is not None else subprocess.DEVNULL,
-        )
-        assert proc.stdout is not None
-        mp = ModeratorProcess(proc, cfg.workers, StdoutReader(proc.stdout))
-        try:
-            _wait_ready(mp, cfg.workers)
-            yield mp
-        finally:
-            _stop(proc)
-
-
-def _wait_ready(mp: ModeratorProcess, workers: int) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if mp.proc.poll() is not None:
-            raise RuntimeError(f"moderator exited with {mp.proc.returncode}:\n{mp.output()}")
-        ports = list(mp.metrics_ports)
-        if len(ports) >= workers and all(is_ready(p) for p in ports):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"moderator not ready within {READY_TIMEOUT_S:.0f} s:\n{mp.output()}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    terminate(proc, 30)
+        redis_url = stack.enter_context(EmbeddedRedis()).url if cfg.cache else ""
+        args = ["run", "--workers", str(cfg.workers)] if cfg.workers > 1 else ["run"]
+        child = ModeratorChild(args, cfg.env(bootstrap, names, redis_url), module=cfg.module)
+        with child.start():
+            child.wait_ready(READY_TIMEOUT_S, workers=cfg.workers)
+            yield child
 
 
 # -- producing and draining -----------------------------------------------------------------

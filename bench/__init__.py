@@ -1,0 +1,1 @@
+"""Benchmark suite: `python -m bench` regenerates BENCHMARKS.md (see __main__)."""

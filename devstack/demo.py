@@ -1,0 +1,95 @@
+"""`moderator demo`: `moderator dev` in a child process, a burst of realistic chat, a report.
+
+The moderator runs in its own process (as it would in production) so the load generator's
+own work does not share its event loop or its GIL.
+"""
+
+from __future__ import annotations
+
+import os
+
+from devstack.child import ModeratorChild, Samples, answers
+from devstack.embedded import broker_binary, free_port
+from loadgen.cli import print_progress
+from loadgen.config import LoadConfig
+from loadgen.runner import run_load
+from loadgen.summary import format_summary
+from moderator import loop
+
+READY_TIMEOUT_S = 120
+
+
+def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_ratio: float) -> int:
+    kafka_port, redis_port, metrics_port = free_port(), free_port(), free_port()
+    args = ["dev", "--kafka-port", str(kafka_port), "--redis-port", str(redis_port),
+            "--metrics-port", str(metrics_port)]  # fmt: skip
+    broker_binary()  # without the dev extra, say so before starting anything
+    print("starting the embedded stack and the moderator in a child process:", flush=True)
+    print("$", " ".join(["moderator", *args]), flush=True)
+    # The user's own MODERATOR_* settings (threads, budget, …) apply to the demo too.
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    dev = ModeratorChild(args, env, name="moderator dev", echo=True)
+    with dev.start():
+        _wait_ready(dev, metrics_port)
+        print(f"\nproducing {round(rate * duration_s)} messages: {rate:g} msg/s for "
+              f"{duration_s:g}s of chat ({dup_ratio:.0%} repeats, {malformed_ratio:.0%} "
+              "malformed records), then waiting for every decision …\n", flush=True)  # fmt: skip
+        config = LoadConfig(
+            bootstrap=f"127.0.0.1:{kafka_port}",
+            rate=rate,
+            duration_s=duration_s,
+            dup_ratio=dup_ratio,
+            toxic_ratio=0.1,
+            malformed_ratio=malformed_ratio,
+            drain_timeout_s=30,
+            seed=7,
+        )
+        summary = loop.run(run_load(config, progress=print_progress))
+        print("\n" + format_summary(summary))
+        print(_moderator_report(dev.scrape()))
+    print(f"moderator dev stopped on SIGTERM with exit code {dev.exit_code}")
+    return 0 if summary.missing == 0 and dev.exit_code == 0 else 1
+
+
+def _wait_ready(dev: ModeratorChild, metrics_port: int) -> None:
+    """/readyz on the port `moderator dev` was given; a word while only /healthz answers."""
+    try:
+        dev.wait_for(r"^metrics ", timeout_s=READY_TIMEOUT_S)  # the endpoint is up
+    except RuntimeError:
+        raise SystemExit(f"moderator dev exited with code {dev.proc.poll()}") from None
+    if not answers(metrics_port, "/readyz"):
+        print("waiting until the moderator is ready (model loaded, partitions assigned) …",
+              flush=True)  # fmt: skip
+    try:
+        dev.wait_ready(READY_TIMEOUT_S)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _moderator_report(samples: Samples | None) -> str:
+    """What the moderator itself counted, read from its /metrics."""
+    if samples is None:
+        return "moderator /metrics did not answer"
+
+    def by(name: str, label: str) -> str:
+        parts = [f"{key} {int(v)}" for key, v in sorted(samples.by(name, label).items())]
+        return ", ".join(parts) or "none"
+
+    def total(name: str, **labels: str) -> int:
+        return int(samples.total(name, **labels))
+
+    l1_hits = total("moderator_cache_requests_total", level="l1", result="hit")
+    redis_hits = total("moderator_cache_requests_total", level="redis", result="hit")
+    lookups = total("moderator_cache_requests_total", level="l1")
+    batches = samples.total("moderator_batch_size_count")
+    batch_mean = samples.total("moderator_batch_size_sum") / batches if batches else 0
+    lines = [
+        "moderator /metrics",
+        f"  consumed        {total('moderator_messages_consumed_total')}",
+        f"  decisions       {by('moderator_decisions_total', 'action')}",
+        f"  dead letters    {by('moderator_dead_letters_total', 'reason')}",
+        f"  cache hits      in-process {l1_hits}, redis {redis_hits} of {lookups} lookups",
+        f"  model batches   {int(batches)} (mean size {batch_mean:.2f})",
+        f"  over budget     {total('moderator_over_budget_total')}",
+    ]
+    return "\n".join(lines)

