@@ -20,6 +20,7 @@ import orjson
 
 from devstack.child import ModeratorChild, moderator_env
 from devstack.embedded import EmbeddedRedis
+from loadgen.decisions import read_decision
 from loadgen.kafka import TopicSet, assign_at_end, make_consumer, make_producer
 from moderator.topics import ensure_topics
 
@@ -126,11 +127,13 @@ async def drain(
                 now = time.monotonic()
                 for records in batches.values():
                     for record in records:
-                        decision = orjson.loads(record.value)
-                        mid = decision.get("message_id")
+                        decision = read_decision(record.value)
+                        if decision is None:
+                            continue
+                        mid = decision.message_id
                         if mid in wanted and mid not in seen:
                             seen.add(mid)
-                            cached += bool(decision.get("cached"))
+                            cached += decision.cached
                             last = now
 
         collector = asyncio.create_task(collect(), name="bench-drain-collect")

@@ -14,8 +14,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-import orjson
-
+from loadgen.decisions import read_decision
 from moderator.config import Settings
 from moderator.errors import InvalidRecord
 from moderator.records import parse_message
@@ -67,22 +66,18 @@ class Ledger:
         self.inputs.setdefault(mid, Input(mid, channel, sent, partition, offset))
 
     def on_decision(self, value: bytes | None, now_ms: float) -> None:
-        try:
-            decision = orjson.loads(value or b"")
-            mid = decision["message_id"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+        decision = read_decision(value)
+        if decision is None:
             self.bad_decisions += 1
             return
-        if not isinstance(mid, str):
-            self.bad_decisions += 1
-            return
+        mid = decision.message_id
         self.counts[mid] += 1
         if mid in self.first_ms:
             return
         self.first_ms[mid] = now_ms
         self.arrivals.append(mid)
-        self.actions[str(decision.get("action"))] += 1
-        if decision.get("degraded") is True:
+        self.actions[decision.action] += 1
+        if decision.degraded:
             self.degraded.add(mid)
 
     def on_dead_letter(
@@ -219,12 +214,9 @@ class Ledger:
         return sum(1 for t in self.first_ms.values() if lo_ms <= t < hi_ms)
 
 
-def _decided_at(decision: bytes | None) -> int | None:
-    try:
-        value = orjson.loads(decision or b"").get("decided_at_ms")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return value if isinstance(value, int) else None
+def _decided_at(value: bytes | None) -> int | None:
+    decision = read_decision(value)
+    return decision.decided_at_ms if decision is not None else None
 
 
 def quantile(sorted_values: list[float], q: float) -> float | None:

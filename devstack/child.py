@@ -120,6 +120,7 @@ class ModeratorChild:
         self.started_s = 0.0
         self.exit_code: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
         self._changed = threading.Condition()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -136,7 +137,8 @@ class ModeratorChild:
             )  # fmt: skip
         self.started_s = time.monotonic()
         assert self._proc.stdout is not None
-        threading.Thread(target=self._pump, args=(self._proc.stdout,), daemon=True).start()
+        self._reader = threading.Thread(target=self._pump, args=(self._proc.stdout,), daemon=True)
+        self._reader.start()
         return self
 
     def __enter__(self) -> Self:
@@ -171,19 +173,29 @@ class ModeratorChild:
         self.proc.send_signal(signum)
 
     def wait(self, timeout_s: float) -> int:
-        """The exit code; kills it (and raises TimeoutExpired) if it outlives `timeout_s`."""
+        """The exit code, once its output is read to the end; kills it (and raises
+        TimeoutExpired) if it outlives `timeout_s`."""
         try:
             self.exit_code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.exit_code = self.proc.wait()
             raise
+        finally:
+            self._read_to_end()
         return self.exit_code
+
+    def _read_to_end(self, timeout_s: float = 5.0) -> None:
+        """After an exit, let the reader take the last lines (a worker it left could keep the
+        pipe open: not for longer than `timeout_s`)."""
+        if self._reader is not None:
+            self._reader.join(timeout_s)
 
     def terminate(self, timeout_s: float = 60.0) -> tuple[int, float]:
         """SIGTERM and wait; return (exit code, seconds to exit). Kills after `timeout_s`."""
         start = time.monotonic()
         code = self.exit_code = terminate(self.proc, timeout_s)
+        self._read_to_end()
         return code, time.monotonic() - start
 
     def terminate_group(self, timeout_s: float = 60.0) -> tuple[int, float]:
@@ -197,6 +209,7 @@ class ModeratorChild:
             os.killpg(self.pid, signal.SIGKILL)
             code = self.proc.wait()
         self.exit_code = code
+        self._read_to_end()
         return code, time.monotonic() - start
 
     def kill(self) -> None:
@@ -204,10 +217,17 @@ class ModeratorChild:
         if self.alive():
             self.proc.kill()
         self.exit_code = self.proc.wait()
+        self._read_to_end()
 
     # -- what it says ----------------------------------------------------------------------------
 
     def _pump(self, stream: IO[bytes]) -> None:
+        with stream:
+            self._read_lines(stream)
+        with self._changed:
+            self._changed.notify_all()
+
+    def _read_lines(self, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b""):
             line = raw.decode(errors="replace")
             if self.echo:
@@ -217,8 +237,6 @@ class ModeratorChild:
                 if match := METRICS_LINE.search(line):
                     self.metrics_ports.append(int(match.group(1)))
                 self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
 
     def output(self, tail: int | None = None) -> str:
         """What it printed (its last `tail` lines), and its log file's text when it has one."""

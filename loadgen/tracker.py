@@ -13,11 +13,11 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 from hdrh.histogram import HdrHistogram
 
+from loadgen.decisions import read_decision
 from loadgen.stats import new_histogram, record_s
 from loadgen.traffic import Kind
 
@@ -90,15 +90,11 @@ class DecisionTracker:
 
     def on_decision(self, value: bytes | None, now_s: float) -> None:
         """One record from the decisions topic, received at `now_s`."""
-        try:
-            decision = orjson.loads(value or b"")
-            message_id = decision["message_id"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+        decision = read_decision(value)
+        if decision is None:
             self.bad_decisions += 1
             return
-        if not isinstance(message_id, str) or not isinstance(decision, dict):
-            self.bad_decisions += 1
-            return
+        message_id = decision.message_id
         pending = self._pending.pop(message_id, None)
         if pending is None:
             if message_id in self._done or message_id in self._malformed_done:
@@ -123,16 +119,13 @@ class DecisionTracker:
         if self.first_decision_s is None:
             self.first_decision_s = now_s
         self.last_decision_s = now_s
-        action = str(decision.get("action"))
+        action = decision.action
         self.actions[action] += 1
         self.actions_by_kind.setdefault(pending.kind.value, Counter())[action] += 1
-        if decision.get("cached") is True:
-            self.cached += 1
-        if decision.get("degraded") is True:
-            self.degraded += 1
-        total_ms = _total_ms(decision)
-        if total_ms is not None:
-            record_s(self.server_total, total_ms / 1000.0)
+        self.cached += decision.cached
+        self.degraded += decision.degraded
+        if decision.total_ms is not None:
+            record_s(self.server_total, decision.total_ms / 1000.0)
 
     def on_dead_letter(self, key: bytes | None, value: bytes | None) -> None:
         """One record from the dead-letter topic: matched to a malformed record by its id.
@@ -185,15 +178,6 @@ class DecisionTracker:
     def missing_offsets_s(self) -> list[float]:
         """Scheduled offsets of the messages still without a decision (for the report)."""
         return sorted(p.offset_s for p in self._pending.values())
-
-
-def _total_ms(decision: dict[str, Any]) -> float | None:
-    latency = decision.get("latency_ms")
-    if isinstance(latency, dict):
-        total = latency.get("total")
-        if isinstance(total, int | float) and not isinstance(total, bool):
-            return float(total)
-    return None
 
 
 def _id_sources(key: bytes | None, value: bytes | None) -> list[bytes]:

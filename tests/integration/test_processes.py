@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,7 +12,6 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import IO
 from urllib.request import urlopen
 
 import orjson
@@ -19,6 +19,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from devstack.child import ModeratorChild, moderator_env
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.service import Moderator
@@ -27,33 +28,15 @@ from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_
 pytestmark = pytest.mark.integration
 
 
-def start(
-    settings: Settings,
-    *extra: str,
-    threads: int = 1,
-    output: IO[bytes] | None = None,
-    **overrides: str,
-) -> subprocess.Popen[bytes]:
-    """`moderator run` on `settings` (environment `overrides` on top); its stdout and stderr go
-    to `output` if given."""
-    env = dict(
-        os.environ,
-        MODERATOR_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
-        MODERATOR_REDIS_URL=settings.redis_url,
-        MODERATOR_MODEL_DIR=str(settings.model_dir),
-        MODERATOR_IN_TOPIC=settings.in_topic,
-        MODERATOR_OUT_TOPIC=settings.out_topic,
-        MODERATOR_DLQ_TOPIC=settings.dlq_topic,
-        MODERATOR_GROUP_ID=settings.group_id,
-        MODERATOR_METRICS_PORT="0",
-        MODERATOR_THREADS=str(threads),
-        MODERATOR_COMMIT_INTERVAL_S="0.2",
-    )
-    env.update(overrides)
-    command = [sys.executable, "-m", "moderator", "run", *extra]
-    if output is None:
-        return subprocess.Popen(command, env=env)
-    return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+def start(settings: Settings, *extra: str, threads: int = 1) -> ModeratorChild:
+    """`moderator run *extra` on `settings`, started; its output is kept (`output()`)."""
+    env = moderator_env(
+        kafka_bootstrap=settings.kafka_bootstrap, redis_url=settings.redis_url,
+        model_dir=settings.model_dir, in_topic=settings.in_topic, out_topic=settings.out_topic,
+        dlq_topic=settings.dlq_topic, group_id=settings.group_id, threads=threads,
+        commit_interval_s=0.2,
+    )  # fmt: skip
+    return ModeratorChild(["run", *extra], env).start()
 
 
 async def committed(settings: Settings, partitions: int = 2) -> dict[int, int | None]:
@@ -72,14 +55,6 @@ async def committed(settings: Settings, partitions: int = 2) -> dict[int, int | 
         await consumer.stop()
 
 
-def wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
-    try:
-        return proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(
     settings: Settings, signum: signal.Signals
@@ -93,10 +68,10 @@ async def test_sigterm_finishes_in_flight_work_commits_and_exits_0(
                     [chat(i, f"a message of the stream, number {i}") for i in range(n)])
         )  # fmt: skip
         await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
-        proc.send_signal(signum)
-        code = await asyncio.to_thread(wait_exit, proc, 30)
+        proc.signal(signum)
+        code = await asyncio.to_thread(proc.wait, 30)
     finally:
-        if proc.poll() is None:
+        if proc.alive():
             proc.kill()
     await producing
     assert code == 0
@@ -126,11 +101,11 @@ async def test_a_second_signal_exits_at_once_without_draining(settings: Settings
                     [chat(i, f"a line it will not finish, number {i}") for i in range(n)])
         )  # fmt: skip
         await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
-        proc.send_signal(signal.SIGTERM)
-        proc.send_signal(signal.SIGINT)
-        code = await asyncio.to_thread(wait_exit, proc, 30)
+        proc.signal(signal.SIGTERM)
+        proc.signal(signal.SIGINT)
+        code = await asyncio.to_thread(proc.wait, 30)
     finally:
-        if proc.poll() is None:
+        if proc.alive():
             proc.kill()
     await producing
     assert code == 130
@@ -184,7 +159,6 @@ async def test_sigkill_mid_stream_then_restart_loses_nothing(settings: Settings)
         await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(150))
     finally:
         first.kill()
-        first.wait()
     await producing
     killed_at = time.monotonic()
     second = start(settings)
@@ -194,8 +168,8 @@ async def test_sigkill_mid_stream_then_restart_loses_nothing(settings: Settings)
         )
         recovered_s = time.monotonic() - killed_at
     finally:
-        second.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(wait_exit, second, 30)
+        second.signal(signal.SIGTERM)
+        await asyncio.to_thread(second.wait, 30)
     ids = Counter(orjson.loads(r.value)["message_id"] for r in records)
     assert set(ids) == {f"m-{i}" for i in range(n)}
     duplicated = sum(c - 1 for c in ids.values())
@@ -213,8 +187,8 @@ async def test_two_workers_share_the_stream(settings: Settings) -> None:
             settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(n), timeout_s=90
         )
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = await asyncio.to_thread(wait_exit, proc, 40)
+        proc.signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 40)
     assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
     assert code == 0
 
@@ -224,31 +198,15 @@ async def test_two_workers_share_the_stream(settings: Settings) -> None:
 SERVING = "metrics  http://"  # printed by each process once its signal handlers are in place
 
 
-async def wait_for_lines(
-    proc: subprocess.Popen[bytes], log: Path, text: str, count: int, timeout_s: float = 90
-) -> str:
-    """The output so far, once `text` appears `count` times in `log`; fails if `proc` ends."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        output = await asyncio.to_thread(read, log)
-        if output.count(text) >= count:
-            return output
-        assert proc.poll() is None, f"exited {proc.returncode} early:\n{output[-3000:]}"
-        assert time.monotonic() < deadline, f"no {count}x {text!r} in time:\n{output[-3000:]}"
-        await asyncio.sleep(0.1)
-
-
-def read(log: Path) -> str:
-    return log.read_text(errors="replace")
+async def wait_for_lines(proc: ModeratorChild, text: str, count: int) -> str:
+    """Its output so far, once `text` was printed `count` times; fails if it ends first."""
+    await asyncio.to_thread(proc.wait_for, re.escape(text), count)
+    return proc.output()
 
 
 def healthz(port: int) -> int:
     with urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
         return int(reply.status)
-
-
-def children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def free_port_pair() -> int:
@@ -270,17 +228,15 @@ def free_port_pair() -> int:
     "supervisor_first", [False, True], ids=["workers-first", "supervisor-first"]
 )
 async def test_sigterm_to_every_process_drains_each_worker_once_and_exits_0(
-    settings: Settings, tmp_path: Path, supervisor_first: bool
+    settings: Settings, supervisor_first: bool
 ) -> None:
     """systemd's KillMode=control-group signals every process of the unit, in no fixed order,
     and the supervisor forwards its own SIGTERM: no worker may take that as "exit now"."""
     n = 600
-    log = tmp_path / "moderator.log"
-    with log.open("wb") as out:
-        proc = start(settings, "--workers", "2", threads=2, output=out)
+    proc = start(settings, "--workers", "2", threads=2)
     try:
-        await wait_for_lines(proc, log, SERVING, 2)
-        workers = children(proc.pid)
+        await wait_for_lines(proc, SERVING, 2)
+        workers = proc.worker_pids()
         assert len(workers) == 2
         producing = asyncio.create_task(
             produce(settings.kafka_bootstrap, settings.in_topic,
@@ -289,46 +245,40 @@ async def test_sigterm_to_every_process_drains_each_worker_once_and_exits_0(
         await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(100))
         for pid in [proc.pid, *workers] if supervisor_first else [*workers, proc.pid]:
             os.kill(pid, signal.SIGTERM)
-        code = await asyncio.to_thread(wait_exit, proc, 60)
+        code = await asyncio.to_thread(proc.wait, 60)
     finally:
-        if proc.poll() is None:
+        if proc.alive():
             proc.kill()
     await producing
-    output = read(log)
+    output = proc.output()
     assert code == 0, output[-3000:]
     assert "exiting now" not in output
     assert output.count(": finishing in-flight work") == 2, "each worker drained once"
 
-    with log.open("wb") as out:  # every input decided: what the workers left is redone
-        again = start(settings, output=out)
+    again = start(settings)  # every input decided: what the workers left is redone
     try:
-        await wait_for_lines(again, log, SERVING, 1)
+        await wait_for_lines(again, SERVING, 1)
         records = await consume(
             settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(n), timeout_s=90
         )
     finally:
-        again.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(wait_exit, again, 30) == 0
+        again.signal(signal.SIGTERM)
+        assert await asyncio.to_thread(again.wait, 30) == 0
     assert set(decisions_by_id(records)) == {f"m-{i}" for i in range(n)}
 
 
-async def test_metrics_port_flag_gives_each_worker_its_own_port(
-    settings: Settings, tmp_path: Path
-) -> None:
+async def test_metrics_port_flag_gives_each_worker_its_own_port(settings: Settings) -> None:
     port = free_port_pair()
-    log = tmp_path / "moderator.log"
-    with log.open("wb") as out:
-        proc = start(settings, "--workers", "2", "--metrics-port", str(port), threads=2,
-                     output=out)  # fmt: skip
+    proc = start(settings, "--workers", "2", "--metrics-port", str(port), threads=2)
     try:
-        output = await wait_for_lines(proc, log, SERVING, 2)
+        output = await wait_for_lines(proc, SERVING, 2)
         for p in (port, port + 1):
             assert f"127.0.0.1:{p}/metrics" in output
             assert await asyncio.to_thread(healthz, p) == 200
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = await asyncio.to_thread(wait_exit, proc, 40)
-    assert code == 0, read(log)[-3000:]
+        proc.signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 40)
+    assert code == 0, proc.output()[-3000:]
 
 
 def closed_port() -> int:

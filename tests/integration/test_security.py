@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +23,7 @@ import orjson
 import pytest
 import redis
 
+from devstack.child import ModeratorChild, moderator_env
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis, free_port
 from moderator.cache import KEY_PREFIX
 from moderator.classifier import Classifier
@@ -235,50 +232,30 @@ async def test_scram_credentials_go_to_the_broker_and_a_refusal_is_clear(
     assert "refused the SASL" not in str(caught.value)
 
 
-def run_moderator(settings: Settings, *flags: str) -> subprocess.Popen[str]:
+def run_moderator(settings: Settings, *flags: str) -> ModeratorChild:
     """`moderator -v run` (debug logging, aiokafka's included) with settings from the env."""
-    env = dict(
-        os.environ,
-        MODERATOR_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
-        MODERATOR_KAFKA_SECURITY_PROTOCOL=settings.kafka_security_protocol,
-        MODERATOR_KAFKA_SASL_MECHANISM=settings.kafka_sasl_mechanism,
-        MODERATOR_KAFKA_SASL_USERNAME=settings.kafka_sasl_username,
-        MODERATOR_KAFKA_SASL_PASSWORD=settings.kafka_sasl_password,
-        MODERATOR_KAFKA_SSL_CAFILE=str(settings.kafka_ssl_cafile or ""),
-        MODERATOR_REDIS_URL=settings.redis_url,
-        MODERATOR_MODEL_DIR=str(settings.model_dir),
-        MODERATOR_IN_TOPIC=settings.in_topic,
-        MODERATOR_OUT_TOPIC=settings.out_topic,
-        MODERATOR_DLQ_TOPIC=settings.dlq_topic,
-        MODERATOR_GROUP_ID=settings.group_id,
-        MODERATOR_METRICS_PORT="0",
-        MODERATOR_THREADS="1",
-        PYTHONUNBUFFERED="1",
+    env = moderator_env(
+        kafka_bootstrap=settings.kafka_bootstrap,
+        kafka_security_protocol=settings.kafka_security_protocol,
+        kafka_sasl_mechanism=settings.kafka_sasl_mechanism,
+        kafka_sasl_username=settings.kafka_sasl_username,
+        kafka_sasl_password=settings.kafka_sasl_password,
+        kafka_ssl_cafile=settings.kafka_ssl_cafile or "",
+        redis_url=settings.redis_url,
+        model_dir=settings.model_dir,
+        in_topic=settings.in_topic,
+        out_topic=settings.out_topic,
+        dlq_topic=settings.dlq_topic,
+        group_id=settings.group_id,
+        threads=1,
     )
-    return subprocess.Popen(
-        [sys.executable, "-m", "moderator", "-v", "run", *flags],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    return ModeratorChild(["-v", "run", *flags], env).start()
 
 
-async def read_until(proc: subprocess.Popen[str], pattern: str, seen: list[str]) -> re.Match[str]:
-    assert proc.stdout is not None
-    while True:
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 120)
-        assert line, f"exited before printing {pattern!r}:\n{''.join(seen)[-3000:]}"
-        seen.append(line)
-        if found := re.search(pattern, line):
-            return found
-
-
-async def finish(proc: subprocess.Popen[str], timeout_s: float = 120) -> str:
-    """The rest of the process's output once it exits; killed if it outlives `timeout_s`."""
-    try:
-        output, _ = await asyncio.to_thread(proc.communicate, None, timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        output, _ = await asyncio.to_thread(proc.communicate)
-    return output
+async def finish(proc: ModeratorChild, timeout_s: float = 120) -> str:
+    """All it printed, once it exits (SIGTERM first); killed if it outlives `timeout_s`."""
+    await asyncio.to_thread(proc.terminate, timeout_s)
+    return proc.output()
 
 
 def http_get(url: str) -> tuple[int, bytes]:
@@ -296,9 +273,8 @@ async def test_secrets_stay_out_of_debug_logs_metrics_and_records(
     password that is wrong for a while (so failures get logged): the password is nowhere."""
     wrong = tls_settings.redis_url.replace(IN_URL, quote(f"{SECRET}-wrong", safe=""))
     proc = run_moderator(tls_settings.replace(redis_url=wrong))
-    seen: list[str] = []
     try:
-        found = await read_until(proc, r"metrics +http://(\S+):(\d+)/metrics", seen)
+        found = await asyncio.to_thread(proc.wait_for, r"metrics +http://(\S+):(\d+)/metrics")
         base = f"http://{found[1]}:{found[2]}"
         # Chat text is data: even a line made to look like a log line or a format string is
         # never logged, at any level.
@@ -312,10 +288,8 @@ async def test_secrets_stay_out_of_debug_logs_metrics_and_records(
                  for path in ("/metrics", "/healthz", "/readyz", "/", "/metrics/../etc/passwd",
                               "/debug", "/favicon.ico")}  # fmt: skip
     finally:
-        proc.send_signal(signal.SIGTERM)
-        seen.append(await finish(proc))
-    output = "".join(seen)
-    assert proc.returncode == 0, output[-3000:]
+        output = await finish(proc)
+    assert proc.exit_code == 0, output[-3000:]
     assert "DEBUG" in output, "debug logging was on, aiokafka's included"
     warned = r"redis at rediss://:\*\*\*@127.0.0.1.* is unavailable \(AuthenticationError"
     assert re.search(warned, output)
@@ -344,8 +318,9 @@ async def test_a_refused_sasl_login_exits_69_without_the_password(
         redis_url="",
     )
     proc = run_moderator(sasl)
-    output = await finish(proc)
-    assert proc.returncode == 69, output[-3000:]
+    code = await asyncio.to_thread(proc.wait, 120)
+    output = proc.output()
+    assert code == 69, output[-3000:]
     assert "moderator: error: the producer could not connect to Kafka" in output
     assert "refused the SASL user name or password" in output
     assert "DEBUG" in output

@@ -41,7 +41,9 @@ def test_an_input_diverted_as_publish_failed_is_accounted_for_but_not_decided() 
     for n in range(3):
         sent(lg, n, at_ms=1000 + n)
     decided(lg, 0, 1010)
-    lg.on_dead_letter(b"c-1", "publish_failed", (0, 1), 4000, b'{"decided_at_ms": 3500}')
+    lg.on_dead_letter(
+        b"c-1", "publish_failed", (0, 1), 4000, b'{"message_id": "m-1", "decided_at_ms": 3500}'
+    )
     lg.on_dead_letter(b"c-1", "publish_failed", (0, 1), 4500)  # a repeat keeps the first time
     lg.on_dead_letter(b"c-1", "not_utf8", (0, 2), 4600)  # only publish_failed stands for one
     assert lg.lost() == ["m-2"]

@@ -1,0 +1,28 @@
+"""The one decoder of decision records the harnesses share."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from loadgen.decisions import Decision, read_decision
+
+
+def test_a_decision_is_read_with_what_the_harnesses_count() -> None:
+    value = orjson.dumps({"message_id": "m-1", "action": "block", "cached": True, "degraded": False,
+                          "latency_ms": {"total": 3}, "decided_at_ms": 17})  # fmt: skip
+    assert read_decision(value) == Decision("m-1", "block", True, False, 3.0, 17)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, b"", b"not json", b"[]", b'{"action": "allow"}', b'{"message_id": 7}'],
+)
+def test_what_is_not_a_decision_is_none_not_a_crash(value: bytes | None) -> None:
+    assert read_decision(value) is None
+
+
+def test_odd_fields_do_not_pass_for_figures() -> None:
+    value = orjson.dumps({"message_id": "m", "cached": "yes", "latency_ms": {"total": True},
+                          "decided_at_ms": True})  # fmt: skip
+    assert read_decision(value) == Decision("m", "None", False, False, None, None)
