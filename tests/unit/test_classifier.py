@@ -9,13 +9,16 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from moderator.batcher import BatchScorer
 from moderator.cache import KEY_PREFIX, LruCache, cache_key
-from moderator.classifier import Classifier
+from moderator.classifier import HEAD_CHARS_PER_TOKEN, Classifier
 from moderator.cli import score_lines
 from moderator.errors import ModelError
 from moderator.metrics import Metrics
+from moderator.normalize import normalize_text
 from moderator.policy import Policy
 
 
@@ -32,6 +35,41 @@ def test_a_lone_message_is_not_padded_and_long_text_is_truncated(classifier: Cla
     short, long = classifier.encode(["hello world", "word " * 1000])
     assert len(short) == 4  # [CLS] hello world [SEP]
     assert len(long) == classifier.info.max_length
+
+
+# Words the tokenizer reads in full, splits, or drops (combining marks, zero-width characters),
+# punctuation that splits words, CJK that is spaced per character, and one overlong word.
+WORDS = ["gg", "you", "clown", "déjà", "e\u0301\u0301\u0301", "\u200b\u200b", "!?", "a.b,c",
+         "漢字テスト", "🙂🙂", "\u0301" * 40, "x" * 150, "supercalifragilistic"]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=300, max_size=1500))
+def test_long_texts_get_the_ids_of_the_whole_text(classifier: Classifier, words: list[str]) -> None:
+    """A long text is tokenized from a head cut at a space: the ids must be those of the whole
+    text, whatever the text is made of."""
+    text = " ".join(words)
+    whole = classifier.tokenizer.encode(normalize_text(text)).ids
+    assert classifier.encode([text])[0].tolist() == whole
+
+
+def edge_texts(cap: int) -> list[str]:
+    """Long texts where a careless head would differ: one whose head is only characters the
+    tokenizer drops (two combining accents, alternating, so no run collapses), and one where
+    the 126th token ("super…", after 125 one-token words) starts 2 characters before the cap."""
+    marks = "\u0301\u0300"
+    dropped_head = (marks * 10 + " ") * 300 + " you clown" * 300
+    words = "you " * 125
+    filler = (marks * cap)[: cap - 2 - 1 - len(words)]
+    straddling = filler + " " + words + "supercalifragilistic" + " you" * 500
+    return [dropped_head, straddling]
+
+
+def test_edge_texts_get_the_ids_of_the_whole_text(classifier: Classifier) -> None:
+    cap = classifier.info.max_length * HEAD_CHARS_PER_TOKEN
+    for text in edge_texts(cap):
+        whole = classifier.tokenizer.encode(normalize_text(text)).ids
+        assert classifier.encode([text])[0].tolist() == whole
 
 
 def test_a_batch_scores_like_each_message_alone(classifier: Classifier) -> None:
