@@ -126,6 +126,9 @@ class ModeratorChild:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> Self:
+        """Start the process (once: a second call, or `with` after it, changes nothing)."""
+        if self._proc is not None:
+            return self
         stderr: IO[bytes] | int = subprocess.STDOUT
         with contextlib.ExitStack() as stack:
             if self.log_path is not None:

@@ -11,7 +11,7 @@ from chaos.procs import ModeratorEnv
 from chaos.report import render
 from chaos.results import ScenarioResult
 from chaos.scenarios import SCENARIOS, Plan, reject_window_schema
-from devstack.child import Samples, moderator_env
+from devstack.child import ModeratorChild, Samples, moderator_env
 from loadgen.kafka import TopicSet
 
 METRICS = """\
@@ -107,3 +107,15 @@ def test_a_scenario_may_turn_redis_off(tmp_path: Path) -> None:
     env = cfg.env()
     assert env["MODERATOR_REDIS_URL"] == ""
     assert env["MODERATOR_DEGRADED_MODE"] == "off"
+
+
+def test_a_started_child_used_as_a_context_manager_is_one_process(tmp_path: Path) -> None:
+    """`with child.start():` must not start a second process (which nothing would stop)."""
+    env = moderator_env(model_dir=tmp_path / "none")
+    child = ModeratorChild(["run"], env).start()
+    first = child.pid
+    with child as same:
+        assert same is child
+        assert child.pid == first
+    assert child.exit_code is not None
+    assert not child.alive()
