@@ -44,14 +44,26 @@ class _Stoppable(Protocol):
 
 
 async def stop_within(client: _Stoppable, timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """`await client.stop()`, given up (with one warning) after `timeout_s`; never raises."""
+    """`await client.stop()`, given up (with one warning) after `timeout_s`; never raises.
+
+    A stop past its time is cancelled but not waited for: `asyncio.wait_for` would wait for the
+    cancellation to finish, and a stop stuck where it ignores cancellation (aiokafka's consumer
+    with its broker gone at the wrong moment) would hold the process forever.
+    """
     name = type(client).__name__
-    try:
-        await asyncio.wait_for(client.stop(), timeout_s)
-    except TimeoutError:
+    task = asyncio.ensure_future(client.stop())
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        task.cancel()
+        _given_up.add(task)
+        task.add_done_callback(_given_up.discard)
         log.warning("%s did not stop within %g s; going on without it", name, timeout_s)
-    except Exception:
-        log.exception("error while stopping %s", name)
+        return
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("error while stopping %s", name, exc_info=exc)
+
+
+_given_up: set[asyncio.Future[None]] = set()  # stops given up on: referenced until they end
 
 
 async def start_client(client: _Startable, options: Mapping[str, Any], role: str) -> None:

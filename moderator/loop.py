@@ -19,7 +19,29 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
+# What the tasks still running when `main` returns get to finish their cancellation.
+LEFTOVER_TIMEOUT_S = 5.0
+
+
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run`, on uvloop when available."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(main)
+    """`asyncio.run`, on uvloop when available, except that tasks left when `main` returns get
+    `LEFTOVER_TIMEOUT_S` to end once cancelled: a task that ignores cancellation (a client's
+    stop that was given up on) must not keep a finished process alive."""
+    factory = loop_factory()
+    loop = factory() if factory is not None else asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            _cancel_leftovers(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    leftovers = asyncio.all_tasks(loop)
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_TIMEOUT_S))

@@ -37,6 +37,7 @@ from moderator.publisher import Fetched, Publisher
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT_MS = 100
+FINAL_COMMIT_MIN_S = 5.0  # what a hand-over or shutdown commit gets, past the deadline too
 MAX_PRODUCER_REQUEST_BYTES = 16 * 1024 * 1024  # dead letters carry the original value, any size
 
 
@@ -360,7 +361,15 @@ class Moderator:
             if drained or time.monotonic() > deadline or self._failure is not None:
                 break
             await asyncio.sleep(0.005)
-        await self._commit(revoked)
+        # aiokafka looks for the group coordinator until it finds one: with the broker gone, an
+        # unbounded commit would hang the shutdown forever. Not committing only means redoing.
+        remaining_s = max(deadline - time.monotonic(), FINAL_COMMIT_MIN_S)
+        try:
+            await asyncio.wait_for(self._commit(revoked), remaining_s)
+        except TimeoutError:
+            self.metrics.commits.labels("failed").inc()
+            log.warning("commit not done within %.0f s (broker unreachable?); the work since "
+                        "the last commit will be redone", remaining_s)  # fmt: skip
         if forget:
             given_up = self._ledger.abandon(revoked)
             if self._publisher is not None:

@@ -20,9 +20,11 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from devstack.child import ModeratorChild, moderator_env
+from devstack.embedded import EmbeddedKafka
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.service import Moderator
+from moderator.topics import ensure_topics
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
 
 pytestmark = pytest.mark.integration
@@ -346,3 +348,25 @@ async def test_json_logs_are_json_lines_to_the_last(model_dir: Path, level: str)
         assert {line["level"] for line in lines} <= {"WARNING", "ERROR", "CRITICAL"}
     assert lines[-1]["level"] == "ERROR"
     assert "the metrics endpoint cannot listen" in lines[-1]["message"]
+
+
+async def test_sigterm_with_the_broker_gone_still_exits(settings: Settings) -> None:
+    """The broker dies, then the orchestrator stops the pod: stopping the Kafka clients (or a
+    last commit) cannot reach the broker and must not hold the process forever."""
+    with EmbeddedKafka() as broker:
+        settings = settings.replace(kafka_bootstrap=broker.bootstrap, redis_url="",
+                                    shutdown_timeout_s=2.0)  # fmt: skip
+        topics = {settings.in_topic: 2, settings.out_topic: 2, settings.dlq_topic: 1}
+        await ensure_topics(settings.kafka_bootstrap, topics)
+        proc = start(settings)
+        try:
+            await asyncio.to_thread(proc.wait_ready)
+            await produce(settings.kafka_bootstrap, settings.in_topic,
+                          [chat(i, f"line {i}") for i in range(50)])  # fmt: skip
+            await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(50))
+        except BaseException:
+            proc.kill()
+            raise
+    proc.signal(signal.SIGTERM)  # the broker is stopped now
+    code = await asyncio.to_thread(proc.wait, 90)  # raises (and kills it) if it hangs
+    assert code == 0, proc.output()[-3000:]

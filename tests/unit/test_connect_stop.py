@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from unittest.mock import patch
 
 import pytest
 
+from moderator import loop
 from moderator.connect import stop_within
 
 
@@ -47,3 +49,41 @@ async def test_a_stop_that_fails_is_logged_and_does_not_raise(
     with caplog.at_level(logging.ERROR, logger="moderator.connect"):
         await stop_within(Fails())
     assert "error while stopping Fails" in caplog.text
+
+
+class IgnoresCancellation:
+    """A stop() that keeps waiting when cancelled (aiokafka's consumer, its broker gone), until
+    the test releases it."""
+
+    def __init__(self) -> None:
+        self.released = False
+
+    async def stop(self) -> None:
+        while not self.released:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue
+
+
+async def test_a_stop_that_ignores_cancellation_is_left_behind_not_waited_for() -> None:
+    client = IgnoresCancellation()
+    try:
+        await asyncio.wait_for(stop_within(client, timeout_s=0.05), timeout=5)
+    finally:
+        client.released = True
+        await asyncio.sleep(0.05)
+
+
+def test_a_process_whose_leftover_task_ignores_cancellation_still_ends() -> None:
+    client = IgnoresCancellation()
+
+    async def main() -> int:
+        await stop_within(client, timeout_s=0.05)
+        return 7
+
+    with patch.object(loop, "LEFTOVER_TIMEOUT_S", 0.1):
+        try:
+            assert loop.run(main()) == 7
+        finally:
+            client.released = True
