@@ -130,6 +130,7 @@ class Classifier:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         self.threads = threads
+        self._warm = False
         self.session = ort.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
@@ -176,6 +177,22 @@ class Classifier:
                 ids[i] = encoding.ids
         return [np.asarray(row, dtype=np.int64) for row in ids]
 
+    def warm_up(self, max_batch: int) -> int:
+        """Score throw-away inputs of the shapes traffic brings (short to full length, alone and
+        in a full batch), once per classifier: the first call of a shape allocates and
+        initialises, and would otherwise land on the first real messages. Returns the shapes
+        run (0 when already warm)."""
+        if self._warm:
+            return 0
+        word = self.tokenizer.token_to_id("the") or self.pad_id + 1
+        shapes = [(batch, length) for length in WARM_LENGTHS if length <= self.info.max_length
+                  for batch in sorted({1, max(1, max_batch)})]  # fmt: skip
+        for batch, length in shapes:
+            ids = np.full(length, word, dtype=np.int64)
+            self.score_ids([ids] * batch)
+        self._warm = True
+        return len(shapes)
+
     @staticmethod
     def has_content(ids: TokenIds) -> bool:
         """False when normalisation left nothing but the special tokens ([CLS] [SEP])."""
@@ -212,6 +229,8 @@ class Classifier:
         """One row of scores keyed by label."""
         return {label: float(s) for label, s in zip(self.labels, scores, strict=True)}
 
+
+WARM_LENGTHS = (8, 16, 32, 64, 128)  # token counts `warm_up` runs
 
 # A head this many characters per token of the model's length holds all the tokens the model
 # reads of any ordinary text (English averages about 4 characters a token).

@@ -120,6 +120,8 @@ class Moderator:
                     Classifier, s.model_dir, threads=s.effective_threads
                 )
             classifier = self._classifier
+            if shapes := await asyncio.to_thread(classifier.warm_up, s.max_batch):
+                log.info("model warmed on %d input shapes before taking traffic", shapes)
             self.metrics.model.info(
                 {
                     "name": classifier.info.name,

@@ -171,3 +171,21 @@ def test_score_writes_one_decision_per_line_in_order(classifier: Classifier) -> 
     assert rows[2]["reason"] == "empty_text"
     assert rows[3]["error"]["code"] == "missing_field"
     assert set(rows[4]["scores"]) == set(classifier.labels)
+
+
+def test_warm_up_runs_each_shape_once_per_classifier(model_dir: Path) -> None:
+    """The first run of a shape pays for allocation; `warm_up` pays it before traffic, once."""
+    fresh = Classifier(model_dir, threads=1, verify=False)
+    calls: list[tuple[int, int]] = []
+    score_ids = fresh.score_ids
+
+    def spy(batch: list[np.ndarray]) -> np.ndarray:
+        calls.append((len(batch), max(len(ids) for ids in batch)))
+        return score_ids(batch)
+
+    fresh.score_ids = spy  # type: ignore[method-assign]
+    assert fresh.warm_up(max_batch=8) == len(calls) == 10
+    assert {length for _, length in calls} == {8, 16, 32, 64, 128}
+    assert {batch for batch, _ in calls} == {1, 8}
+    assert fresh.warm_up(max_batch=8) == 0
+    assert len(calls) == 10
