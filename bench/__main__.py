@@ -144,7 +144,7 @@ class Bench:
             self.sample_load(f"ladder {shape}")
             self.save()
 
-    def pipeline(self, bootstrap: str) -> None:
+    def pipeline(self, bootstrap: str, broker_pid: int | None = None) -> None:
         from bench.pipeline import PipelinePlan, run_model
 
         section: dict[str, Any] = {}
@@ -155,6 +155,7 @@ class Bench:
                 latency_duration_s=self.plan.latency_duration_s,
                 bare_budget_s=self.plan.ladder_budget_s,
                 profile=self.plan.profile and not self.args.no_profile,
+                pinned=shape == "minilm-l6",
             )
 
             def checkpoint(partial: dict[str, Any], shape: str = shape) -> None:
@@ -163,7 +164,7 @@ class Bench:
                 self.save()
 
             section[shape] = run_model(bootstrap, shape, model_dir, plan, threads=self.threads,
-                                       checkpoint=checkpoint)  # fmt: skip
+                                       checkpoint=checkpoint, broker_pid=broker_pid)  # fmt: skip
             self.results["memory"] = memory_from_pipeline(section)
             self.sample_load(f"pipeline {shape}")
             self.save()
@@ -297,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         artifacts.build_all()
         with EmbeddedKafka() as kafka:
             if "pipeline" in sections:
-                bench.pipeline(kafka.bootstrap)
+                bench.pipeline(kafka.bootstrap, kafka.pid)
             if "spin" in sections and not args.quick:
                 bench.spin(kafka.bootstrap)
             if "scaleup" in sections:

@@ -10,7 +10,9 @@ cache on (L1 + a fresh Redis) vs off at 40% repeats.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from typing import Any
 
 from bench.ladder import backlog_rung
 from bench.profile import finish_profile, start_profile
-from bench.stack import ModeratorConfig, create_topics, drain, moderator, warm_up
+from bench.stack import ModeratorConfig, affinity, create_topics, drain, moderator, warm_up
 from bench.texts import SEED, bench_texts
 from devstack.child import read_status_kb
 from loadgen.config import LoadConfig
@@ -33,7 +35,8 @@ from moderator.loop import run
 
 log = logging.getLogger(__name__)
 
-LOAD_FRACTIONS = (0.25, 0.5, 0.9)
+LOAD_FRACTIONS = (0.1, 0.25, 0.5, 0.65, 0.8, 0.9, 1.0)
+PINNED_FRACTIONS = (0.25, 0.5, 0.8, 1.0)
 SERVICE_MAX_BATCH = Settings().max_batch  # the service's default, so bare and pipeline match
 SUMMARY_KEYS = (
     "rate", "duration_s", "sent", "decided", "missing", "throughput_per_s", "p50_ms", "p90_ms",
@@ -48,6 +51,7 @@ class PipelinePlan:
     latency_duration_s: float
     bare_budget_s: float
     profile: bool
+    pinned: bool = False  # also the latency curve with moderator and harness on separate cores
 
 
 def summary_dict(summary: LoadSummary) -> dict[str, Any]:
@@ -87,23 +91,36 @@ def drain_run(
 
 
 def latency_run(
-    bootstrap: str, cfg: ModeratorConfig, rate: float, duration_s: float, hop: HopResult, tag: str
+    bootstrap: str,
+    cfg: ModeratorConfig,
+    rate: float,
+    duration_s: float,
+    hop: HopResult,
+    tag: str,
+    *,
+    harness: tuple[frozenset[int], int] | None = None,
 ) -> dict[str, Any]:
-    """Open-loop load at `rate` against a fresh moderator (the load generator, dup_ratio 0)."""
+    """Open-loop load at `rate` against a fresh moderator (the load generator, dup_ratio 0).
+
+    `harness`: (cores, broker pid) to pin the load generator and the broker to, while
+    `cfg.cores` holds the moderator, so the service's own curve is told apart from the share of
+    the machine the harness takes."""
     names = TopicSet.fresh("bench", tag)
     run(create_topics(bootstrap, names))
     with moderator(cfg, bootstrap, names) as mp:
         run(warm_up(bootstrap, names, bench_texts(64)))
-        summary = run(
-            run_load(
-                LoadConfig(
-                    bootstrap=bootstrap, rate=round(rate, 1), duration_s=duration_s,
-                    dup_ratio=0.0, in_topic=names.in_topic, out_topic=names.out_topic,
-                    dlq_topic=names.dlq_topic, hop=False, seed=SEED, drain_timeout_s=20.0,
-                ),
-                hop=hop,
-            )
-        )  # fmt: skip
+        cores, broker_pid = harness if harness is not None else (None, 0)
+        with affinity(cores, *([broker_pid] if broker_pid else [])):
+            summary = run(
+                run_load(
+                    LoadConfig(
+                        bootstrap=bootstrap, rate=round(rate, 1), duration_s=duration_s,
+                        dup_ratio=0.0, in_topic=names.in_topic, out_topic=names.out_topic,
+                        dlq_topic=names.dlq_topic, hop=False, seed=SEED, drain_timeout_s=20.0,
+                    ),
+                    hop=hop,
+                )
+            )  # fmt: skip
         del mp
     out = summary_dict(summary)
     log.info("%s at %.0f/s: p50 %s p99 %s ms, %d missing", tag, rate, out["p50_ms"],
@@ -124,6 +141,7 @@ def run_model(
     *,
     threads: int,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    broker_pid: int | None = None,
 ) -> dict[str, Any]:
     """Bare vs pipeline, latency at three loads, cache on vs off, for one model."""
     texts = bench_texts(plan.backlog)
@@ -157,6 +175,21 @@ def run_model(
         row["fraction"] = fraction
         out["latency"].append(row)
         save()
+    cores = sorted(os.sched_getaffinity(0))
+    if plan.pinned and len(cores) >= 2:
+        # The moderator on the last core (so 1 intra-op thread), the harness and the broker on
+        # the rest: the service's own curve, with the harness's share of the machine set apart.
+        mine, rest = frozenset(cores[-1:]), frozenset(cores[:-1])
+        pinned = dataclasses.replace(off, cores=mine)
+        out["latency_pinned"] = {"moderator_cores": sorted(mine), "harness_cores": sorted(rest),
+                                 "rows": []}  # fmt: skip
+        for fraction in PINNED_FRACTIONS:
+            row = latency_run(bootstrap, pinned, saturation * fraction, plan.latency_duration_s,
+                              hop, tag=f"{shape}-pin{int(fraction * 100)}",
+                              harness=(rest, broker_pid or 0))  # fmt: skip
+            row["fraction"] = fraction
+            out["latency_pinned"]["rows"].append(row)
+            save()
 
     on = ModeratorConfig(model_dir, threads=threads, cache=True)
     out["cache_off"] = drain_run(bootstrap, off, repeats, tag=f"{shape}-nocache")

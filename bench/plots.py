@@ -70,6 +70,11 @@ def plot_latency(
         xs = [r["rate"] for r in rows]
         for key, name in PERCENTILES:
             ax.plot(xs, [r.get(key) for r in rows], marker="o", label=name)
+        pinned = (res.get("latency_pinned") or {}).get("rows") or []
+        if pinned:
+            xs_pin, p99_pin = [r["rate"] for r in pinned], [r.get("p99_ms") for r in pinned]
+            ax.plot(xs_pin, p99_pin, marker="x", linestyle="--", color="black",
+                    label="p99, moderator on its own core")  # fmt: skip
         hop = res.get("hop") or {}
         if hop.get("p50_ms") is not None:
             ax.axhline(2 * hop["p50_ms"], color="grey", linestyle=":", label="2 x broker hop p50")

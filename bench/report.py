@@ -259,6 +259,19 @@ def section_pipeline(pipeline: Mapping[str, Any] | None, label: str) -> list[str
         out.append(table(["load", "rate msgs/s", "decided/s", "p50", "p90", "p99", "p99.9",
                           "processor p50", "decided", "over 50 ms"], rows))  # fmt: skip
         out.append("")
+        pinned = res.get("latency_pinned") or {}
+        if pinned.get("rows"):
+            out += [f"Pinned: the moderator alone on core(s) {pinned['moderator_cores']} (so "
+                    f"one intra-op thread), the load generator and the broker on "
+                    f"{pinned['harness_cores']}; same saturation rate as above.", "",
+                    table(["load", "rate msgs/s", "p50", "p99", "p99.9", "processor p50",
+                           "decided", "over 50 ms"],
+                          [[fmt_pct(r.get("fraction")), fmt_rate(r.get("rate")),
+                            fmt_ms(r.get("p50_ms")), fmt_ms(r.get("p99_ms")),
+                            fmt_ms(r.get("p999_ms")), fmt_ms(r.get("server_total_p50_ms")),
+                            f"{r.get('decided')}/{r.get('sent')}",
+                            fmt_pct(r.get("over_budget_ratio"))] for r in pinned["rows"]]),
+                    ""]  # fmt: skip
         half = next((r for r in lat if r.get("fraction") == 0.5), None)
         if half is not None and half.get("p50_ms") is not None:
             p50, p99 = half["p50_ms"], half["p99_ms"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -41,6 +42,7 @@ class ModeratorConfig:
     workers: int = 1
     cache: bool = False  # True: L1 (default size) + a fresh Redis; False: no cache at all
     module: str = "moderator"  # run as `python -m MODULE run` (a diagnostic may wrap it)
+    cores: frozenset[int] | None = None  # pin the moderator to these cores (None: anywhere)
 
     def env(self, bootstrap: str, names: TopicSet, redis_url: str) -> dict[str, str]:
         no_cache = {} if self.cache else {"l1_cache_size": "0"}
@@ -59,9 +61,32 @@ def moderator(cfg: ModeratorConfig, bootstrap: str, names: TopicSet) -> Iterator
         redis_url = stack.enter_context(EmbeddedRedis()).url if cfg.cache else ""
         args = ["run", "--workers", str(cfg.workers)] if cfg.workers > 1 else ["run"]
         child = ModeratorChild(args, cfg.env(bootstrap, names, redis_url), module=cfg.module)
-        with child.start():
+        with affinity(cfg.cores):  # the child inherits this process's cores when it starts
+            child.start()
+        with child:
             child.wait_ready(READY_TIMEOUT_S, workers=cfg.workers)
             yield child
+
+
+@contextlib.contextmanager
+def affinity(cores: frozenset[int] | None, *pids: int) -> Iterator[None]:
+    """Run this process (and every thread of `pids`) on `cores` inside the block; None: as is."""
+    if cores is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    threads = [int(t.name) for pid in pids for t in Path(f"/proc/{pid}/task").iterdir()]
+    saved = {tid: os.sched_getaffinity(tid) for tid in threads}
+    os.sched_setaffinity(0, cores)
+    for tid in threads:
+        os.sched_setaffinity(tid, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        for tid, was in saved.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, was)
 
 
 # -- producing and draining -----------------------------------------------------------------

@@ -60,3 +60,17 @@ def test_repeat_share_counts_exact_repeats_only() -> None:
     assert repeat_share([]) == 0.0
     assert repeat_share(bench_texts(300)) == 0.0  # the no-repeat texts really have none
     assert repeat_share(bench_texts(300, dup_ratio=0.4)) > 0.1
+
+
+def test_affinity_pins_inside_the_block_and_restores_after() -> None:
+    import os
+
+    from bench.stack import affinity
+
+    before = os.sched_getaffinity(0)
+    one = frozenset({min(before)})
+    with affinity(one):
+        assert os.sched_getaffinity(0) == one
+    assert os.sched_getaffinity(0) == before
+    with affinity(None):
+        assert os.sched_getaffinity(0) == before
