@@ -129,7 +129,8 @@ def _pick_quantization(out: Path, per_channel: bool) -> tuple[bool, dict[str, ob
 
     with tempfile.TemporaryDirectory(prefix="quant-") as tmp:
         other = Path(tmp) / "other.onnx"
-        onnx_export.quantize(out / onnx_export.FP32_FILE, other, per_channel=not per_channel)
+        onnx_export.quantize(out / onnx_export.FP32_FILE, other, per_channel=not per_channel,
+                             tokenizer=out / onnx_export.TOKENIZER_FILE)  # fmt: skip
         names = {per_channel: "per-channel", not per_channel: "per-tensor"}
         trials = evaluate.quantization_agreement(
             out / onnx_export.FP32_FILE,
