@@ -172,12 +172,19 @@ def ffn_down_projections(path: Path) -> list[str]:
     ]
 
 
-def quantize(src: Path, dst: Path, *, per_channel: bool, tokenizer: Path | None = None) -> None:
+def quantize(
+    src: Path,
+    dst: Path,
+    *,
+    per_channel: bool,
+    tokenizer: Path | None = None,
+    calibration: Sequence[str] | None = None,
+) -> None:
     """Dynamic int8 quantization of the weights (QInt8), activations quantized at run time.
 
-    The feed-forward down-projections are left to `models.smoothing` (SmoothQuant, calibrated on
-    the template training split through `tokenizer`); without a tokenizer they stay fp32
-    (`ffn_down_projections` says why).
+    The feed-forward down-projections are left to `models.smoothing` (SmoothQuant, calibrated
+    through `tokenizer` on `calibration`, training text; by default the template training
+    split); without a tokenizer they stay fp32 (`ffn_down_projections` says why).
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -195,7 +202,7 @@ def quantize(src: Path, dst: Path, *, per_channel: bool, tokenizer: Path | None 
     if tokenizer is not None:
         from models import corpus, smoothing
 
-        texts = [text for text, _ in corpus.read_tsv(corpus.TRAIN_FILE)]
+        texts = calibration or [text for text, _ in corpus.read_tsv(corpus.TRAIN_FILE)]
         ids = smoothing.calibration_ids(tokenizer, texts, CALIBRATION_MAX_LENGTH)
         smoothing.smooth_down_projections(dst, down, ids)
 
@@ -292,6 +299,7 @@ def export_model_dir(
     tokenizer_path: Path,
     max_length: int,
     per_channel: bool = True,
+    calibration: Sequence[str] | None = None,
 ) -> ExportResult:
     """Export → fuse → int8 → parity into out_dir (model.onnx, model-fp32.onnx, tokenizer.json).
 
@@ -310,7 +318,8 @@ def export_model_dir(
     if tokenizer_path.resolve() != (out_dir / TOKENIZER_FILE).resolve():
         shutil.copyfile(tokenizer_path, out_dir / TOKENIZER_FILE)
     logger.info("quantizing to int8 (per_channel=%s)", per_channel)
-    quantize(fp32_path, int8_path, per_channel=per_channel, tokenizer=out_dir / TOKENIZER_FILE)
+    quantize(fp32_path, int8_path, per_channel=per_channel, tokenizer=out_dir / TOKENIZER_FILE,
+             calibration=calibration)  # fmt: skip
     parity = check_parity(module, fp32_path, int8_path, out_dir / TOKENIZER_FILE, max_length)
     logger.info("parity: %s", parity)
     return ExportResult(

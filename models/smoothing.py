@@ -8,7 +8,8 @@ al. 2023, "SmoothQuant: Accurate and Efficient Post-Training Quantization for La
 Models") moves the difficulty into the weights, which are quantized offline per column: each
 input channel j is divided by s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) (a `Mul` before the
 MatMul) and row j of the weights multiplied by it, which leaves the product unchanged in exact
-arithmetic. The activation maxima come from calibration text of the training split.
+arithmetic. The activation maxima come from calibration text of the training split (template
+and real lines: on templates alone, real insults lost 1 point of recall against fp32).
 """
 
 from __future__ import annotations
