@@ -63,17 +63,14 @@ def _build(args: argparse.Namespace) -> int:
     )
     _say(f"  fused operators: {exported.fused_ops}")
     _say(f"  parity: {exported.parity}")
-    chosen_per_channel, trials = _pick_quantization(out, per_channel, calibration)
-    parity = exported.parity
-    if chosen_per_channel != per_channel:
-        per_channel = chosen_per_channel
-        parity = onnx_export.check_parity(
-            result.module,
-            out / onnx_export.FP32_FILE,
-            out / onnx_export.MODEL_FILE,
-            out / onnx_export.TOKENIZER_FILE,
-            train.MAX_LENGTH,
-        )
+    (_, per_channel, smoothed), trials = _pick_quantization(out, args.per_tensor, calibration)
+    parity = onnx_export.check_parity(
+        result.module,
+        out / onnx_export.FP32_FILE,
+        out / onnx_export.MODEL_FILE,
+        out / onnx_export.TOKENIZER_FILE,
+        train.MAX_LENGTH,
+    )
     onnx_export.write_manifest(
         out,
         name=NAME,
@@ -86,6 +83,7 @@ def _build(args: argparse.Namespace) -> int:
             " models/train.py; encoder + masked mean pooling + linear head + sigmoid in one graph"
         ),
         per_channel=per_channel,
+        smoothed=smoothed,
         extra={
             "fused_operators": exported.fused_ops,
             "parity": parity,
@@ -127,33 +125,52 @@ def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:
     return 0
 
 
+# int8 candidates, fastest first: (name, per-channel weights, SmoothQuant-ed down-projections).
+QUANT_CANDIDATES = (
+    ("smoothquant per-channel", True, True),
+    ("smoothquant per-tensor", False, True),
+    ("per-channel, down-projections fp32", True, False),
+    ("per-tensor, down-projections fp32", False, False),
+)
+# Half the report's 1-point int8-vs-fp32 bar: the choice is made on the dev split, the bar is
+# judged on the test split.
+QUANT_MAX_DEV_GAP_POINTS = 0.5
+
+
 def _pick_quantization(
-    out: Path, per_channel: bool, calibration: list[str]
-) -> tuple[bool, dict[str, object]]:
-    """Per-channel vs per-tensor int8: keep whichever agrees better with fp32 on held-out."""
+    out: Path, per_tensor_only: bool, calibration: list[str]
+) -> tuple[tuple[str, bool, bool], dict[str, object]]:
+    """The fastest int8 candidate within QUANT_MAX_DEV_GAP_POINTS of fp32 on the real dev split
+    (else the closest), copied to model.onnx. Judged on this host's kernels: on AVX2 without
+    VNNI, u8s8 int8 products can saturate, which the gap then shows."""
     import tempfile
 
     from models import corpus, evaluate, onnx_export
 
+    fp32 = out / onnx_export.FP32_FILE
+    tokenizer = out / onnx_export.TOKENIZER_FILE
+    candidates = [c for c in QUANT_CANDIDATES if not (per_tensor_only and c[1])]
     with tempfile.TemporaryDirectory(prefix="quant-") as tmp:
-        other = Path(tmp) / "other.onnx"
-        onnx_export.quantize(out / onnx_export.FP32_FILE, other, per_channel=not per_channel,
-                             tokenizer=out / onnx_export.TOKENIZER_FILE,
-                             calibration=calibration)  # fmt: skip
-        names = {per_channel: "per-channel", not per_channel: "per-tensor"}
-        trials = evaluate.quantization_agreement(
-            out / onnx_export.FP32_FILE,
-            {names[per_channel]: out / onnx_export.MODEL_FILE, names[not per_channel]: other},
-            out / onnx_export.TOKENIZER_FILE,
-            corpus.LABELS,
+        paths = {}
+        for name, per_channel, smoothed in candidates:
+            paths[name] = Path(tmp) / f"{len(paths)}.onnx"
+            onnx_export.quantize(fp32, paths[name], per_channel=per_channel,
+                                 tokenizer=tokenizer if smoothed else None,
+                                 calibration=calibration)  # fmt: skip
+        trials: dict[str, dict[str, float]] = evaluate.real_dev_gaps(
+            fp32, paths, tokenizer, corpus.LABELS
         )
-        _say(f"  int8 candidates vs fp32 on held-out: {trials}")
-        mine = trials[names[per_channel]]["action_agreement"]
-        if trials[names[not per_channel]]["action_agreement"] > mine:
-            shutil.copyfile(other, out / onnx_export.MODEL_FILE)
-            per_channel = not per_channel
-    _say(f"  kept {names[per_channel]} int8")
-    return per_channel, {"kept": names[per_channel], **trials}
+        for name, agreement in evaluate.quantization_agreement(
+            fp32, paths, tokenizer, corpus.LABELS
+        ).items():
+            trials[name].update(agreement)
+        for name, trial in trials.items():
+            _say(f"  int8 {name} vs fp32: {trial}")
+        within = [c for c in candidates if trials[c[0]]["dev_gap_points"] <= QUANT_MAX_DEV_GAP_POINTS]
+        chosen = within[0] if within else min(candidates, key=lambda c: trials[c[0]]["dev_gap_points"])
+        shutil.copyfile(paths[chosen[0]], out / onnx_export.MODEL_FILE)
+    _say(f"  kept {chosen[0]} int8")
+    return chosen, {"kept": chosen[0], "max_dev_gap_points": QUANT_MAX_DEV_GAP_POINTS, **trials}
 
 
 def _print_summary(metrics: dict[str, object]) -> None:

@@ -312,6 +312,38 @@ def quantization_agreement(
     return out
 
 
+def real_dev_gaps(
+    fp32_path: Path, candidates: Mapping[str, Path], tokenizer_path: Path, labels: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Each int8 candidate's largest gap to fp32 (`realeval.int8_gap`, the report's 1-point bar)
+    on the real dev split, under the packaged policy: how quantization is chosen without
+    looking at the test split."""
+    from models import realdata, realeval, realtext
+
+    decide, _ = load_policy()
+    tok = onnx_export.load_tokenizer(tokenizer_path, 128)
+    lines = realdata.select(realdata.load(), "dev", realdata.CHAT_LIKE + realdata.TOXIC)
+    texts = [ln.text for ln in lines]
+
+    def judged(path: Path) -> dict[str, Any]:
+        sess = onnx_export.make_session(path, 2)
+        scorer = realeval.model_scorer(
+            lambda t: realtext.batch_scores(sess, tok, t), labels, decide
+        )
+        return realeval.judge(lines, scorer(texts))
+
+    ref = judged(fp32_path)
+    out: dict[str, dict[str, float]] = {}
+    for name, path in candidates.items():
+        got = judged(path)
+        out[name] = {
+            "dev_gap_points": round(100 * realeval.int8_gap(got, ref), 3),
+            "dev_benign_flagged": got["benign"]["chat-like"]["flagged"],
+            "dev_toxic_flagged": got["toxic"]["all"]["flagged"],
+        }
+    return out
+
+
 def update_manifest(model_dir: Path, metrics: Mapping[str, Any]) -> dict[str, Any]:
     """Store metrics in manifest.json (model.onnx, and so sha256/version, are unchanged)."""
     path = model_dir / onnx_export.MANIFEST_FILE

@@ -340,6 +340,7 @@ def write_manifest(
     max_length: int,
     source: str,
     per_channel: bool,
+    smoothed: bool = True,  # export_model_dir always smooths; a build may pick otherwise
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write manifest.json for the int8 model.onnx in out_dir and return it."""
@@ -354,8 +355,8 @@ def write_manifest(
         "sha256": sha,
         "quantization": "dynamic-int8 (QInt8 weights, "
         + ("per-channel" if per_channel else "per-tensor")
-        + ", onnxruntime quantize_dynamic; feed-forward down-projections SmoothQuant-ed, "
-        "per-column int8)",
+        + ", onnxruntime quantize_dynamic; feed-forward down-projections "
+        + ("SmoothQuant-ed, per-column int8)" if smoothed else "kept fp32)"),
         "source": source,
         "inputs": list(INPUT_NAMES),
         "output": OUTPUT_NAME,

@@ -121,6 +121,16 @@ def judge(lines: Sequence[Line], v: Verdicts) -> dict[str, Any]:
     return out
 
 
+def int8_gap(int8: dict[str, Any], fp32: dict[str, Any]) -> float:
+    """The largest int8-vs-fp32 difference among the figures the report holds to 1 point:
+    benign chat-like flagged and blocked, and each toxic set flagged (`judge` outputs)."""
+    return max(
+        abs(int8["benign"]["chat-like"]["flagged"] - fp32["benign"]["chat-like"]["flagged"]),
+        abs(int8["benign"]["chat-like"]["blocked"] - fp32["benign"]["chat-like"]["blocked"]),
+        *(abs(int8["toxic"][s]["flagged"] - fp32["toxic"][s]["flagged"]) for s in realdata.TOXIC),
+    )
+
+
 def worst(lines: Sequence[Line], v: Verdicts) -> dict[str, list[dict[str, Any]]]:
     """The most confident false positives on chat-like text and the surest misses on toxic."""
     fps = [

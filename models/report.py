@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from models import realeval
 from models.evaluate import LATENCY_LENGTHS, LATENCY_THREADS
 
 NOTES = (
@@ -308,13 +309,7 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
         ),
     ]
     if f32 is not None:
-        deltas = [
-            abs(ours["benign"]["chat-like"]["flagged"] - f32["benign"]["chat-like"]["flagged"]),
-            abs(ours["benign"]["chat-like"]["blocked"] - f32["benign"]["chat-like"]["blocked"]),
-            abs(ours["toxic"]["rtp_scored"]["flagged"] - f32["toxic"]["rtp_scored"]["flagged"]),
-            abs(ours["toxic"]["insults"]["flagged"] - f32["toxic"]["insults"]["flagged"]),
-        ]
-        worst = max(deltas)
+        worst = realeval.int8_gap(ours, f32)
         rows.append(
             (
                 "int8 within 1 point of fp32 (benign flagged, blocked, each toxic set flagged)",
