@@ -151,7 +151,7 @@ def _pick_quantization(
     tokenizer = out / onnx_export.TOKENIZER_FILE
     candidates = [c for c in QUANT_CANDIDATES if not (per_tensor_only and c[1])]
     with tempfile.TemporaryDirectory(prefix="quant-") as tmp:
-        paths = {}
+        paths: dict[str, Path] = {}
         for name, per_channel, smoothed in candidates:
             paths[name] = Path(tmp) / f"{len(paths)}.onnx"
             onnx_export.quantize(fp32, paths[name], per_channel=per_channel,
@@ -166,8 +166,9 @@ def _pick_quantization(
             trials[name].update(agreement)
         for name, trial in trials.items():
             _say(f"  int8 {name} vs fp32: {trial}")
-        within = [c for c in candidates if trials[c[0]]["dev_gap_points"] <= QUANT_MAX_DEV_GAP_POINTS]
-        chosen = within[0] if within else min(candidates, key=lambda c: trials[c[0]]["dev_gap_points"])
+        gaps = {name: trials[name]["dev_gap_points"] for name, _, _ in candidates}
+        within = [c for c in candidates if gaps[c[0]] <= QUANT_MAX_DEV_GAP_POINTS]
+        chosen = within[0] if within else min(candidates, key=lambda c: gaps[c[0]])
         shutil.copyfile(paths[chosen[0]], out / onnx_export.MODEL_FILE)
     _say(f"  kept {chosen[0]} int8")
     return chosen, {"kept": chosen[0], "max_dev_gap_points": QUANT_MAX_DEV_GAP_POINTS, **trials}

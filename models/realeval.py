@@ -124,10 +124,15 @@ def judge(lines: Sequence[Line], v: Verdicts) -> dict[str, Any]:
 def int8_gap(int8: dict[str, Any], fp32: dict[str, Any]) -> float:
     """The largest int8-vs-fp32 difference among the figures the report holds to 1 point:
     benign chat-like flagged and blocked, and each toxic set flagged (`judge` outputs)."""
-    return max(
-        abs(int8["benign"]["chat-like"]["flagged"] - fp32["benign"]["chat-like"]["flagged"]),
-        abs(int8["benign"]["chat-like"]["blocked"] - fp32["benign"]["chat-like"]["blocked"]),
-        *(abs(int8["toxic"][s]["flagged"] - fp32["toxic"][s]["flagged"]) for s in realdata.TOXIC),
+    return float(
+        max(
+            abs(int8["benign"]["chat-like"]["flagged"] - fp32["benign"]["chat-like"]["flagged"]),
+            abs(int8["benign"]["chat-like"]["blocked"] - fp32["benign"]["chat-like"]["blocked"]),
+            *(
+                abs(int8["toxic"][s]["flagged"] - fp32["toxic"][s]["flagged"])
+                for s in realdata.TOXIC
+            ),
+        )
     )
 
 
