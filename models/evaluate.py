@@ -264,7 +264,7 @@ def _unseen_table(
     n_ok = 0
     for i, (text, expected, kind) in enumerate(unseen):
         row = scored.row(i)
-        action, reason = decide(row)
+        action, reason, _ = decide(row)
         ok = action == expected or (expected == "nudge" and action == "block")
         n_ok += ok
         top = max(row.items(), key=lambda kv: kv[1])

@@ -49,13 +49,13 @@ def model_scorer(
     def run(texts: Sequence[str]) -> Verdicts:
         m = score(texts)
         decided = [decide(dict(zip(labels, map(float, row), strict=True))) for row in m]
-        acts = np.asarray([a for a, _ in decided])
+        acts = np.asarray([v[0] for v in decided])
         return Verdicts(
             flagged=acts != "allow",
             blocked=acts == "block",
             toxic_score=m[:, acting].max(axis=1) if len(m) else np.zeros(0, np.float32),
             insult_score=m[:, insult],
-            reason=[r for _, r in decided],
+            reason=[v[1] for v in decided],
         )
 
     return run

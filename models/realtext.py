@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from models import onnx_export
+from moderator.policy import Verdict
 
-Decide = Callable[[Mapping[str, float]], tuple[str, str | None]]  # Policy.decide
+Decide = Callable[[Mapping[str, float]], Verdict]  # Policy.decide
 Matrix = npt.NDArray[np.float32]
 
 

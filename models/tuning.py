@@ -85,7 +85,7 @@ def read_thresholds(path: Path) -> tuple[int, dict[str, dict[str, float]]]:
         policy = Policy.load(path)
     except PolicyError:
         return 0, {}
-    table = {r.label: dict(r.thresholds) for r in policy.rules}
+    table = {r.label: r.by_action for r in policy.rules}
     return int(policy.version), table
 
 

@@ -1,5 +1,5 @@
-"""`moderator run | score`, and the commands other packages register (`dev`, `demo`, `model`):
-the command line. The only place logging is configured."""
+"""`moderator run | score | policy`, and the commands other packages register (`dev`, `demo`,
+`model`): the command line. The only place logging is configured."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import IO
 
 import orjson
 
-from moderator import __version__, logs, loop
+from moderator import __version__, logs, loop, policies
 from moderator.classifier import Classifier, ModelInfo
 from moderator.config import (
     DEFAULT_MODEL_DIR,
@@ -27,8 +27,8 @@ from moderator.config import (
     log_settings,
     settings_from_args,
 )
-from moderator.errors import ModeratorError
-from moderator.policy import EMPTY_TEXT, Policy
+from moderator.errors import ConfigError, ModeratorError
+from moderator.policy import EMPTY_TEXT, Policy, Verdict, merge_specs, read_spec
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
@@ -100,6 +100,23 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--batch", type=int, default=32, help="lines scored together")
     log_flags(score, argparse.SUPPRESS)
     score.set_defaults(command=_cmd_score)
+
+    pol = sub.add_parser("policy", help="per-channel policies on the policies topic")
+    pol_sub = pol.add_subparsers(required=True, metavar="ACTION")
+    for name, help_text, args_ in (
+        ("put", "publish a policy file (TOML or JSON) for CHANNEL (* = the default)",
+         ("channel", "file")),
+        ("get", "print CHANNEL's policy as JSON", ("channel",)),
+        ("delete", "remove CHANNEL's policy (a tombstone): the default applies again",
+         ("channel",)),
+        ("list", "every channel with a policy, and its name@version", ()),
+    ):  # fmt: skip
+        cmd = pol_sub.add_parser(name, help=help_text)
+        for arg in args_:
+            cmd.add_argument(arg, type=Path if arg == "file" else str)
+        add_setting_flags(cmd)
+        log_flags(cmd, argparse.SUPPRESS)
+        cmd.set_defaults(command=_cmd_policy, action=name)
 
     for plugin in sorted(entry_points(group=COMMANDS), key=lambda ep: ep.name):
         plugin.load()(sub)
@@ -203,6 +220,39 @@ async def serve(
     return 0
 
 
+# -- policy -------------------------------------------------------------------------------------
+
+
+def _cmd_policy(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    protect(settings.secrets())
+    if not settings.policy_topic:
+        raise ConfigError("MODERATOR_POLICY_TOPIC is empty: there is no policies topic")
+    topic, kafka = settings.policy_topic, settings.kafka_options()
+    if args.action == "put":
+        spec = read_spec(args.file)
+        live = loop.run(policies.read_all(kafka, topic))
+        below = merge_specs(read_spec(settings.policy), live.get(policies.DEFAULT_KEY, {}))
+        if args.channel == policies.DEFAULT_KEY:
+            below = read_spec(settings.policy)
+        checked = Policy.from_mapping(merge_specs(below, spec), source=str(args.file))
+        loop.run(policies.write(kafka, topic, args.channel, spec))
+        say(f"{topic}: {args.channel} → {checked.ident}")
+    elif args.action == "delete":
+        loop.run(policies.write(kafka, topic, args.channel, None))
+        say(f"{topic}: {args.channel} removed (the default applies)")
+    elif args.action == "get":
+        live = loop.run(policies.read_all(kafka, topic))
+        if args.channel not in live:
+            print(f"moderator: no policy for {args.channel!r} on {topic}", file=sys.stderr)
+            return 1
+        print(orjson.dumps(live[args.channel], option=orjson.OPT_INDENT_2).decode())
+    else:
+        for channel, spec in sorted(loop.run(policies.read_all(kafka, topic)).items()):
+            print(f"{channel}\t{spec.get('name')}@{spec.get('version')}")
+    return 0
+
+
 # -- score -------------------------------------------------------------------------------------
 
 
@@ -234,6 +284,7 @@ def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: I
     """Write one decision (or one error) per JSON line, in order; return the error count."""
     rows: list[dict[str, object]] = []
     texts: list[str] = []
+    denied: dict[int, Verdict] = {}  # by index into texts
     for line in lines:
         try:
             data = orjson.loads(line)
@@ -247,9 +298,14 @@ def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: I
         row = {k: data[k] for k in ("message_id", "channel_id", "user_id") if k in data}
         row["text"] = data["text"]
         rows.append(row)
-        texts.append(data["text"])
+        text = policy.without_allowed(data["text"])
+        if (verdict := policy.deny_verdict(text)) is not None:
+            denied[len(texts)] = verdict
+        texts.append(text)
     encoded = classifier.encode(texts)
-    scorable = [i for i, ids in enumerate(encoded) if classifier.has_content(ids)]
+    scorable = [
+        i for i, ids in enumerate(encoded) if i not in denied and classifier.has_content(ids)
+    ]
     scores = classifier.score_ids([encoded[i] for i in scorable])
     by_index = dict(zip(scorable, scores, strict=True))
     text_index = 0
@@ -257,9 +313,12 @@ def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: I
         if "error" not in row:
             row_scores = by_index.get(text_index)
             raw = classifier.as_dict(row_scores) if row_scores is not None else {}
-            action, reason = policy.decide(raw) if row_scores is not None else EMPTY_TEXT
+            verdict = denied.get(text_index) or (
+                policy.decide(raw) if row_scores is not None else EMPTY_TEXT
+            )
             named = {k: round(v, 4) for k, v in raw.items()}
-            row.update(action=action, reason=reason, scores=named,
+            row.update(action=verdict.action, reason=verdict.reason, severity=verdict.severity,
+                       scores=named,
                        model=classifier.info.ident, policy=policy.ident)  # fmt: skip
             text_index += 1
         out.write(orjson.dumps(row).decode() + "\n")

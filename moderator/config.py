@@ -50,6 +50,8 @@ HELP = {
     "model_dir": "model directory (model.onnx, tokenizer.json, manifest.json); the shipped "
     "default model if unset",
     "policy": "policy file (TOML or JSON); the default policy if unset",
+    "policy_topic": "compacted topic of per-channel policies (key: channel id, or * for the "
+    "default), read whole at start and followed; empty: only the policy file",
     "threads": "intra-op threads per model instance (capped at the cores we may use)",
     "budget_ms": "latency budget per message, from its send time",
     "metrics_port": "port for /metrics, /healthz, /readyz (0 picks one)",
@@ -92,6 +94,7 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     model_dir: Path = DEFAULT_MODEL_DIR
     policy: Path | None = None
+    policy_topic: str = "chat.policies"
     threads: int = DEFAULT_THREADS
     budget_ms: float = 50.0
     metrics_port: int = 9108
@@ -130,6 +133,8 @@ class Settings:
         for name in ("in_topic", "out_topic", "dlq_topic", "group_id"):
             if not getattr(self, name).strip():
                 raise bad(name, "must not be empty")
+        if self.policy_topic.strip() in (self.in_topic, self.out_topic, self.dlq_topic):
+            raise bad("policy_topic", "must differ from the other three topics")
         if len({self.in_topic, self.out_topic, self.dlq_topic}) != 3:
             raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
         if self.redis_url:

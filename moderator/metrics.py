@@ -87,6 +87,13 @@ class Metrics:
                                        registry=r)  # fmt: skip
         self.commits = Counter("commits", "Offset commits", ["result"], namespace=ns,
                                registry=r)  # fmt: skip
+        self.policy_updates = Counter("policy_updates",
+                                      "Policy records read from the policies topic: applied, "
+                                      "removed (tombstone) or rejected (invalid; the previous "
+                                      "policy stays)", ["result"], namespace=ns,
+                                      registry=r)  # fmt: skip
+        self.policies = Gauge("channel_policies", "Channels with a policy of their own",
+                              namespace=ns, registry=r)  # fmt: skip
         self.model = Info("model", "The model being served", namespace=ns, registry=r)
 
 

@@ -1,7 +1,8 @@
 """One fetched batch of records → one outcome per record (a decision or a dead letter).
 
-Parse and validate, normalise and tokenize, look verdicts up in the cache, score the misses
-(identical texts in one batch are scored once), apply the policy, encode the decision. No Kafka
+Parse and validate, find the channel's policy and its deny terms (a match decides without the
+model), normalise and tokenize, look verdicts up in the cache, score the misses (identical texts
+in one batch are scored once), apply the policy, encode the decision. No Kafka
 here: the service feeds records in and publishes the outcomes in the same order.
 """
 
@@ -20,6 +21,7 @@ from moderator.classifier import Classifier, Scores, TokenIds
 from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
+from moderator.policies import PolicyBook
 from moderator.policy import EMPTY_TEXT, Policy, Verdict
 from moderator.records import (
     OWN_HEADER_PREFIX,
@@ -66,6 +68,7 @@ class _Message:
 
     record: InboundRecord
     chat: ChatMessage
+    policy: Policy  # the channel's
     ids: TokenIds | None = None  # its token ids, when there is something to score
     key: bytes = b""  # its verdict cache key
     scores: Scores | None = None  # from the cache
@@ -85,7 +88,7 @@ class Pipeline:
     def __init__(
         self,
         classifier: Classifier,
-        policy: Policy,
+        policies: Policy | PolicyBook,
         scorer: BatchScorer,
         cache: VerdictCache,
         metrics: Metrics,
@@ -95,7 +98,7 @@ class Pipeline:
         fallback: Fallback | None = None,
     ) -> None:
         self.classifier = classifier
-        self.policy = policy
+        self.policies = policies if isinstance(policies, PolicyBook) else PolicyBook(policies)
         self.scorer = scorer
         self.cache = cache
         self.metrics = metrics
@@ -124,17 +127,25 @@ class Pipeline:
             except InvalidRecord as err:
                 slots.append(dead_letter(record, err))
                 continue
-            slots.append(_Message(record, chat))
-        messages = [m for m in slots if isinstance(m, _Message)]
+            slots.append(_Message(record, chat, self.policies.for_channel(chat.channel_id)))
+        messages = []
+        for m in slots:
+            if not isinstance(m, _Message):
+                continue
+            text = m.policy.without_allowed(m.chat.text)
+            if (denied := m.policy.deny_verdict(text)) is not None:
+                m.outcome = self._decide(m, fetched, denied)
+            else:
+                messages.append((m, text))
 
-        encoded = self.classifier.encode([m.chat.text for m in messages])
-        for m, ids in zip(messages, encoded, strict=True):
+        encoded = self.classifier.encode([text for _, text in messages])
+        for (m, _), ids in zip(messages, encoded, strict=True):
             if self.classifier.has_content(ids):
                 m.ids, m.key = ids, cache_key(self.model_sha256, ids)
             else:  # empty after normalisation: allow
                 m.outcome = self._decide(m, fetched, EMPTY_TEXT)
 
-        scorable = [m for m in messages if m.outcome is None]
+        scorable = [m for m, _ in messages if m.outcome is None]
         hits = await self.cache.get_many([m.key for m in scorable])  # look up
         late_before_ms = int(time.time() * 1000) - self.budget_ms
         for m, (scores, _level) in zip(scorable, hits, strict=True):
@@ -191,7 +202,7 @@ class Pipeline:
     ) -> Outcome:
         """The policy's decision on `scores`."""
         named = self.classifier.as_dict(scores)
-        verdict = self.policy.decide(named)
+        verdict = m.policy.decide(named)
         return self._decide(m, fetched, verdict, named, cached=cached, score_s=score_s,
                             queued_s=queued_s)  # fmt: skip
 
@@ -218,9 +229,10 @@ class Pipeline:
             msg,
             action=verdict.action,
             reason=verdict.reason,
+            severity=verdict.severity,
             scores=scores or {},
             model=self.model_ident,
-            policy=self.policy.ident,
+            policy=m.policy.ident,
             cached=cached,
             degraded=degraded,
             timing=Timing(queued_s * 1000, score_s * 1000, total_s * 1000),

@@ -1,13 +1,20 @@
-"""Policy: label scores → an action (`allow`, then the policy's actions in increasing severity),
-with the label that triggered it.
+"""Policy: label scores and deny/allow terms → an action (`allow`, then the policy's actions in
+increasing severity), with the label or list entry that triggered it and its severity.
 
-The actions are data: a policy file may list its own (`actions = ["nudge", "review", "block"]`,
-least severe first) and give each label a threshold per action, so a new action is a policy
-change, not a code change. Without `actions` a policy has the classic `nudge` and `block`.
+A label's score maps to a severity (`low`, `medium`, `high`) by thresholds, and the policy maps
+each label's severities to actions, so "block high threats, nudge medium insults, allow low
+profanity" is one policy. The actions are data: a policy may list its own (`actions = ["nudge",
+"review", "block"]`, least severe first). The older form, a threshold per action
+(`insult = {nudge = 0.75, block = 0.97}`), is still read: its actions take the top severities.
+
+A policy may be partial (a channel's policy over the default, `merge_specs`): what it leaves out
+comes from the one below it. Deny terms decide without the model; allow phrases are cut out of
+the text before deny matching and scoring (`moderator/terms.py` does the matching).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tomllib
@@ -17,19 +24,27 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from moderator.errors import PolicyError
+from moderator.terms import SEVERITIES, Term, TermMatcher, default_terms
 
 log = logging.getLogger(__name__)
 
 ALLOW = "allow"  # what a message gets when no threshold is reached
 DEFAULT_ACTIONS = (ALLOW, "nudge", "block")  # in increasing severity
 EMPTY_TEXT_REASON = "empty_text"
+DENY_REASON = "deny"  # reason "deny:<list>:<category>" for a deny-term match
+# A label's severities start at these scores unless the policy's [severity] table or the label's
+# own `thresholds` say otherwise.
+DEFAULT_SEVERITY_THRESHOLDS = {"low": 0.5, "medium": 0.75, "high": 0.97}
+LIST_KEYS = ("deny", "allow")  # merged by appending, the rest by replacing
 
 
 class Verdict(NamedTuple):
-    """An action and its reason: the label that triggered it, a reason code, or None."""
+    """An action, its reason (the label that triggered it, a reason code, or None) and the
+    severity that triggered it."""
 
     action: str
     reason: str | None
+    severity: str | None = None
 
 
 # Nothing left to score after normalisation (only spaces, emoji the tokenizer drops, ...).
@@ -37,22 +52,48 @@ EMPTY_TEXT = Verdict(ALLOW, EMPTY_TEXT_REASON)
 
 
 class Rule(NamedTuple):
-    """One label's thresholds, by action."""
+    """One label's score thresholds and actions, by severity."""
 
     label: str
-    thresholds: Mapping[str, float]
+    thresholds: Mapping[str, float]  # severity -> the score where it starts
+    actions: Mapping[str, str]  # severity -> action (an unnamed severity takes the one below's)
+
+    @property
+    def by_action(self) -> dict[str, float]:
+        """The score at which each action starts (the older form of a rule)."""
+        out: dict[str, float] = {}
+        action = ALLOW
+        for level in SEVERITIES:
+            action = self.actions.get(level, action)
+            if level in self.thresholds and action != ALLOW and action not in out:
+                out[action] = self.thresholds[level]
+        return out
 
     @property
     def nudge(self) -> float | None:
-        return self.thresholds.get("nudge")
+        return self.by_action.get("nudge")
 
     @property
     def block(self) -> float | None:
-        return self.thresholds.get("block")
+        return self.by_action.get("block")
+
+
+def merge_specs(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`: tables (`labels`, `severity`, `default_terms`) merge key by
+    key, `deny` and `allow` lists add up, anything else `over` sets replaces `base`'s."""
+    merged = dict(base)
+    for key, value in over.items():
+        if key in LIST_KEYS and isinstance(value, list):
+            merged[key] = [*base.get(key, []), *value]
+        elif isinstance(value, Mapping) and isinstance(base.get(key), Mapping):
+            merged[key] = {**base[key], **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 class Policy:
-    """Per-label thresholds for each action, loaded from TOML or JSON."""
+    """Per-label severity thresholds and actions, deny and allow terms; from TOML or JSON."""
 
     def __init__(
         self,
@@ -60,20 +101,23 @@ class Policy:
         version: int | str,
         rules: Iterable[Rule],
         actions: Sequence[str] = DEFAULT_ACTIONS[1:],
+        *,
+        deny: Iterable[Term] = (),
+        allow: Iterable[str] = (),
+        spec: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.version = str(version)
         self.rules = tuple(rules)
         self.actions = (ALLOW, *actions)  # increasing severity
-        # Per rule, its (severity, threshold) pairs, most severe first: what `decide` walks.
-        self._ladders = tuple(
-            tuple(
-                (severity, rule.thresholds[action])
-                for severity, action in reversed(list(enumerate(self.actions)))
-                if action in rule.thresholds
-            )
-            for rule in self.rules
-        )
+        self.spec = dict(spec or {})  # what it was read from: what a partial policy merges onto
+        rank = {action: i for i, action in enumerate(self.actions)}
+        # Per rule, its (severity, threshold, action rank) steps, most severe first: what
+        # `decide` walks. A severity without an action of its own takes the one below's.
+        self._ladders = tuple(_ladder(rule, rank) for rule in self.rules)
+        deny, allow = tuple(deny), tuple(allow)
+        self.terms = TermMatcher(deny, allow) if deny or allow else None
+        self._deny_rank = rank
 
     @property
     def ident(self) -> str:
@@ -83,26 +127,21 @@ class Policy:
     @classmethod
     def load(cls, path: Path | None = None) -> Policy:
         """The policy in `path` (`.toml` or `.json`), or the packaged default policy."""
-        if path is None:
-            text = resources.files("moderator").joinpath("default_policy.toml").read_text()
-            return cls.from_mapping(tomllib.loads(text), source="default_policy.toml")
-        try:
-            text = path.read_text()
-            data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-        except (OSError, ValueError) as exc:
-            raise PolicyError(f"{path}: cannot read the policy: {exc}") from None
-        return cls.from_mapping(data, source=str(path))
+        return cls.from_mapping(read_spec(path), source=str(path or "default_policy.toml"))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "policy") -> Policy:
+        """Validate and build; every mistake is one PolicyError naming `source` and the key."""
         try:
             name = data["name"]
             version = data["version"]
-            labels = data["labels"]
+            labels = data.get("labels", {})
         except KeyError as exc:
             raise PolicyError(f"{source}: missing {exc}") from None
         if not isinstance(name, str) or not name or not isinstance(labels, Mapping):
             raise PolicyError(f"{source}: 'name' must be a string and 'labels' a table")
+        if type(version) not in (int, str) or version == "":
+            raise PolicyError(f"{source}: 'version' must be an integer or a string")
         actions = data.get("actions", DEFAULT_ACTIONS[1:])
         if (
             not isinstance(actions, list | tuple)
@@ -115,19 +154,24 @@ class Policy:
                 f"{source}: 'actions' must list distinct action names other than {ALLOW!r}, "
                 "least severe first"
             )
-        rules = []
-        for label, spec in labels.items():
-            if not isinstance(spec, Mapping) or set(spec) - set(actions):
-                allowed = ", ".join(repr(a) for a in actions)
-                raise PolicyError(f"{source}: labels.{label} may only set {allowed}")
-            thresholds = {a: spec[a] for a in actions if spec.get(a) is not None}  # JSON null
-            for key, value in thresholds.items():
-                if type(value) not in (int, float) or not 0 <= value <= 1:
-                    raise PolicyError(f"{source}: labels.{label}.{key} must be a number in 0..1")
-            if not thresholds:
-                raise PolicyError(f"{source}: labels.{label} sets no threshold")
-            rules.append(Rule(label, thresholds))
-        return cls(name, version, rules, actions)
+        known = (ALLOW, *actions)
+        severity = _thresholds(data.get("severity", {}), f"{source}: severity")
+        rules = [
+            _rule(
+                str(label),
+                spec,
+                actions,
+                {**DEFAULT_SEVERITY_THRESHOLDS, **severity},
+                f"{source}: labels.{label}",
+            )
+            for label, spec in labels.items()
+        ]
+        deny = _deny(data.get("deny", []), known, f"{source}: deny")
+        deny += _default_terms(data.get("default_terms", {}), known, f"{source}: default_terms")
+        allow = data.get("allow", [])
+        if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
+            raise PolicyError(f"{source}: 'allow' must be a list of non-empty strings")
+        return cls(name, version, rules, actions, deny=deny, allow=allow, spec=data)
 
     def check_labels(self, model_labels: Iterable[str]) -> None:
         """Warn about rules naming labels the model lacks: they can never trigger."""
@@ -139,8 +183,29 @@ class Policy:
                 ", ".join(missing),
             )
 
+    def without_allowed(self, text: str) -> str:
+        """`text` with its allowed phrases cut out: what deny matching and the model see."""
+        return text if self.terms is None else self.terms.without_allowed(text)
+
+    def deny_verdict(self, text: str) -> Verdict | None:
+        """The most severe action of the deny terms in `text` (allowed phrases do not count),
+        or None when none matches: then the model decides."""
+        if self.terms is None:
+            return None
+        best: tuple[int, Term] | None = None
+        for match in self.terms.find(text):
+            rank = self._deny_rank.get(match.term.action or "", 0)
+            if rank and (best is None or rank > best[0]):
+                best = (rank, match.term)
+        if best is None:
+            return None
+        term = best[1]
+        reason = f"{DENY_REASON}:{term.source}:{term.category}"
+        return Verdict(self.actions[best[0]], reason, term.severity)
+
     def decide(self, scores: Mapping[str, float]) -> Verdict:
-        """The most severe action any label reaches, and that label; `allow` if none does.
+        """The most severe action any label reaches, that label and its severity; `allow` if
+        none does.
 
         The one decision rule: the service, `moderator score` and the model's evaluation all
         call it, so they cannot disagree on a tie.
@@ -148,16 +213,141 @@ class Policy:
         # Margins within 0.01 tie; a tie goes to the rule listed first (the more specific one:
         # "kys" saturates self_harm and severe_toxicity alike, and self_harm says more).
         best: tuple[int, float, int] | None = None
+        severity: str | None = None
         for index, (rule, ladder) in enumerate(zip(self.rules, self._ladders, strict=True)):
             score = scores.get(rule.label)
             if score is None:
                 continue
-            for severity, threshold in ladder:
+            for level, threshold, rank in ladder:
                 if score >= threshold:
-                    candidate = (severity, round(score - threshold, 2), -index)
-                    if best is None or candidate > best:
-                        best = candidate
+                    candidate = (rank, round(score - threshold, 2), -index)
+                    if rank and (best is None or candidate > best):
+                        best, severity = candidate, level
                     break
         if best is None:
             return Verdict(ALLOW, None)
-        return Verdict(self.actions[best[0]], self.rules[-best[2]].label)
+        return Verdict(self.actions[best[0]], self.rules[-best[2]].label, severity)
+
+
+def read_spec(path: Path | None = None) -> dict[str, Any]:
+    """The mapping in a policy file (`.json`, else TOML), or the packaged default policy's."""
+    if path is None:
+        text = resources.files("moderator").joinpath("default_policy.toml").read_text()
+        return tomllib.loads(text)
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"{path}: cannot read the policy: {exc}") from None
+    if not isinstance(data, dict):
+        raise PolicyError(f"{path}: a policy is a table (a JSON object)")
+    return data
+
+
+def _ladder(rule: Rule, rank: Mapping[str, int]) -> tuple[tuple[str, float, int], ...]:
+    steps = []
+    current = 0
+    for level in SEVERITIES:
+        if level in rule.actions:
+            current = rank[rule.actions[level]]
+        if level in rule.thresholds:
+            steps.append((level, rule.thresholds[level], current))
+    return tuple(reversed(steps))
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float)
+
+
+def _thresholds(table: object, where: str) -> dict[str, float]:
+    if not isinstance(table, Mapping) or set(table) - set(SEVERITIES):
+        raise PolicyError(f"{where} may only set {', '.join(SEVERITIES)} (scores in 0..1)")
+    for key, value in table.items():
+        if not _is_number(value) or not 0 <= value <= 1:
+            raise PolicyError(f"{where}.{key} must be a number in 0..1")
+    return dict(table)
+
+
+def _rule(
+    label: str,
+    spec: object,
+    actions: Sequence[str],
+    severity: Mapping[str, float],
+    where: str,
+) -> Rule:
+    if not isinstance(spec, Mapping):
+        raise PolicyError(f"{where} must be a table")
+    if not spec:
+        raise PolicyError(f"{where} sets no threshold and maps no severity to an action")
+    if any(_is_number(v) for v in spec.values()):  # the older form: a threshold per action
+        if set(spec) - set(actions) or len(actions) > len(SEVERITIES):
+            allowed = ", ".join(repr(a) for a in actions)
+            raise PolicyError(f"{where} may only set {allowed}")
+        levels = dict(zip(actions, SEVERITIES[-len(actions) :], strict=True))
+        given = {a: spec[a] for a in actions if spec.get(a) is not None}  # JSON null
+        for key, value in given.items():
+            if not _is_number(value) or not 0 <= value <= 1:
+                raise PolicyError(f"{where}.{key} must be a number in 0..1")
+        if not given:
+            raise PolicyError(f"{where} sets no threshold")
+        return Rule(label, {levels[a]: v for a, v in given.items()},
+                    {levels[a]: a for a in given})  # fmt: skip
+    if set(spec) - {*SEVERITIES, "thresholds"}:
+        raise PolicyError(
+            f"{where} may only set {', '.join(SEVERITIES)} (each an action) and 'thresholds'"
+        )
+    mapped = {k: v for k, v in spec.items() if k in SEVERITIES}
+    for key, action in mapped.items():
+        if action not in (ALLOW, *actions):
+            raise PolicyError(
+                f"{where}.{key}: {action!r} is not one of {ALLOW}, {', '.join(actions)}"
+            )
+    if not mapped:
+        raise PolicyError(f"{where} maps no severity to an action")
+    thresholds = {**severity, **_thresholds(spec.get("thresholds", {}), f"{where}.thresholds")}
+    return Rule(label, thresholds, mapped)
+
+
+def _deny(entries: object, actions: Sequence[str], where: str) -> list[Term]:
+    if not isinstance(entries, list):
+        raise PolicyError(f"{where} must be a list of {{term, category, action}} tables")
+    terms = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            entry = {"term": entry}
+        if not isinstance(entry, Mapping) or set(entry) - {
+            "term",
+            "category",
+            "action",
+            "severity",
+        }:
+            raise PolicyError(f"{where}[{i}] may only set term, category, action, severity")
+        term, action = entry.get("term"), entry.get("action", actions[-1])
+        category, level = entry.get("category", "custom"), entry.get("severity", "high")
+        if not isinstance(term, str) or not term.strip():
+            raise PolicyError(f"{where}[{i}].term must be a non-empty string")
+        if action not in actions or action == ALLOW:
+            raise PolicyError(
+                f"{where}[{i}].action: {action!r} is not one of {', '.join(actions[1:])}"
+            )
+        if not isinstance(category, str) or level not in SEVERITIES:
+            raise PolicyError(f"{where}[{i}]: category is a string, severity one of {SEVERITIES}")
+        terms.append(Term(term, category, level, action, "policy"))
+    return terms
+
+
+def _default_terms(table: object, actions: Sequence[str], where: str) -> list[Term]:
+    """The packaged list's terms whose severity the policy maps to an action."""
+    if not isinstance(table, Mapping) or set(table) - set(SEVERITIES):
+        raise PolicyError(f"{where} may only map {', '.join(SEVERITIES)} to an action")
+    for key, action in table.items():
+        if action not in actions:
+            raise PolicyError(f"{where}.{key}: {action!r} is not one of {', '.join(actions)}")
+    wanted = {k: v for k, v in table.items() if v != ALLOW}
+    if not wanted:
+        return []
+    return [
+        dataclasses.replace(t, action=wanted[t.severity])
+        for t in default_terms()
+        if t.severity in wanted
+    ]

@@ -31,7 +31,7 @@ from moderator.degrade import Fallback
 from moderator.ledger import Entry, OffsetLedger
 from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Outcome, Pipeline
-from moderator.policy import Policy
+from moderator.policies import PolicyFeed, open_policies
 from moderator.publisher import Fetched, Publisher
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class Moderator:
         self._cache: VerdictCache | None = None
         self._scorer: BatchScorer | None = None
         self._pipeline: Pipeline | None = None
+        self._feed: PolicyFeed | None = None
         self._ledger = OffsetLedger()
         self._unit_tasks: set[asyncio.Task[list[Outcome]]] = set()
         self._room = asyncio.Event()
@@ -122,15 +123,12 @@ class Moderator:
             classifier = self._classifier
             if shapes := await asyncio.to_thread(classifier.warm_up, s.max_batch):
                 log.info("model warmed on %d input shapes before taking traffic", shapes)
+            info = classifier.info
             self.metrics.model.info(
-                {
-                    "name": classifier.info.name,
-                    "version": classifier.info.version,
-                    "threads": str(classifier.threads),
-                }
+                {"name": info.name, "version": info.version, "threads": str(classifier.threads)}
             )
-            policy = Policy.load(s.policy)
-            policy.check_labels(classifier.labels)
+            policies, self._feed = await open_policies(s, self.metrics, classifier.labels,
+                                                       on_failure=self._on_task_done)  # fmt: skip
             self._cache = VerdictCache(
                 s.redis_url,
                 metrics=self.metrics,
@@ -143,7 +141,7 @@ class Moderator:
             await self._scorer.start()
             self._pipeline = Pipeline(
                 classifier,
-                policy,
+                policies,
                 self._scorer,
                 self._cache,
                 self.metrics,
@@ -194,8 +192,8 @@ class Moderator:
             raise
         log.info(
             "moderating %s → %s (dead letters → %s) as group %s with model %s, policy %s",
-            s.in_topic, s.out_topic, s.dlq_topic, s.group_id, classifier.info.ident, policy.ident,
-            extra={"group_id": s.group_id},
+            s.in_topic, s.out_topic, s.dlq_topic, s.group_id, classifier.info.ident,
+            policies.default.ident, extra={"group_id": s.group_id},
         )  # fmt: skip
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:
@@ -231,7 +229,7 @@ class Moderator:
         self._tasks.clear()
         for unit_task in list(self._unit_tasks):
             unit_task.cancel()
-        for closer in (self._consumer, self._scorer, self._publisher, self._cache):
+        for closer in (self._consumer, self._feed, self._scorer, self._publisher, self._cache):
             if closer is not None:
                 await stop_within(closer)
         if self._metrics_server is not None:

@@ -1,4 +1,4 @@
-"""Creating the three topics (for `moderator dev`, tests and `run --create-topics`)."""
+"""Creating the topics (for `moderator dev`, tests, `run --create-topics` and the policies)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,14 @@ from moderator.connect import start_client
 log = logging.getLogger(__name__)
 
 
-async def ensure_topics(kafka: str | Mapping[str, Any], partitions: Mapping[str, int]) -> None:
-    """Create each topic with its partition count unless it already exists.
+async def ensure_topics(
+    kafka: str | Mapping[str, Any],
+    partitions: Mapping[str, int],
+    *,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
+) -> None:
+    """Create each topic with its partition count (and `configs[topic]`, such as
+    `cleanup.policy`) unless it already exists.
 
     `kafka` is a bootstrap string or the client options of `Settings.kafka_options()`.
     """
@@ -26,7 +32,12 @@ async def ensure_topics(kafka: str | Mapping[str, Any], partitions: Mapping[str,
     try:
         existing = set(await admin.list_topics())
         wanted = [
-            NewTopic(name, num_partitions=n, replication_factor=1)
+            NewTopic(
+                name,
+                num_partitions=n,
+                replication_factor=1,
+                topic_configs=dict((configs or {}).get(name, {})),
+            )
             for name, n in partitions.items()
             if name not in existing
         ]

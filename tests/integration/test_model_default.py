@@ -51,6 +51,6 @@ def test_default_model_decisions(model_dir: Path, text: str, allowed: set[str]) 
     sess = onnx_export.make_session(model_dir / "model.onnx")
     scores = evaluate.score_lines(sess, tok, [text], list(corpus.LABELS))
     decide, _ = evaluate.load_policy()  # the runtime's default policy
-    action, _ = decide(scores.row(0))
+    action = decide(scores.row(0)).action
     assert action in allowed, (text, scores.row(0))
     assert np.isfinite(scores.matrix).all()

@@ -74,14 +74,15 @@ def test_invalid_records_raise_with_a_reason_code(value: bytes | None, code: str
 def test_the_decision_carries_the_design_schema() -> None:
     msg = ChatMessage("m-1", "c-1", "u-1", "gg", 1000)
     value = encode_decision(
-        msg, action="nudge", reason="insult", scores={"insult": 0.712345, "threat": 0.01},
+        msg, action="nudge", reason="insult", severity="medium",
+        scores={"insult": 0.712345, "threat": 0.01},
         model="chat-minilm@abc", policy="default@1", cached=True, degraded=False,
         timing=Timing(1.23456, 2.5, 4.0), decided_at_ms=1060, over_budget=True,
     )  # fmt: skip
     decision = orjson.loads(value)
     assert decision == {
         "message_id": "m-1", "channel_id": "c-1", "user_id": "u-1", "action": "nudge",
-        "reason": "insult", "scores": {"insult": 0.7123, "threat": 0.01},
+        "reason": "insult", "severity": "medium", "scores": {"insult": 0.7123, "threat": 0.01},
         "model": "chat-minilm@abc", "policy": "default@1", "cached": True, "degraded": False,
         "latency_ms": {"queue": 1.235, "score": 2.5, "total": 4.0}, "over_budget": True,
         "decided_at_ms": 1060,

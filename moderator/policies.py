@@ -1,0 +1,237 @@
+"""Policies per channel, changed live through a compacted Kafka topic (default `chat.policies`).
+
+Key: a channel id, or `*` for the default; value: the policy as JSON, which may be partial
+(what it leaves out comes from the default, `policy.merge_specs`); a tombstone (null value)
+removes it. Every instance reads the whole topic from the beginning outside any consumer group
+(each needs all of it), is ready only once it has caught up, and then applies each change as it
+arrives. A record that does not validate is rejected with one log line and a metric; the
+previous policy stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition
+
+from moderator.config import Settings
+from moderator.connect import start_client, stop_within
+from moderator.errors import PolicyError
+from moderator.metrics import Metrics
+from moderator.policy import Policy, merge_specs
+from moderator.topics import ensure_topics
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KEY = "*"
+POLL_MS = 200  # a change is applied within about this long after it is written
+TOPIC_CONFIG = {"cleanup.policy": "compact"}
+
+
+class PolicyBook:
+    """Which policy decides a channel's messages: its own, merged over the default."""
+
+    def __init__(self, base: Policy) -> None:
+        self.base = base  # the policy file, or the packaged default
+        self.default = base  # `*` from the topic merged over `base`, if there is one
+        self._specs: dict[str, dict[str, Any]] = {}  # as written to the topic, by key
+        self._channels: dict[str, Policy] = {}
+
+    def __len__(self) -> int:
+        return len(self._channels)
+
+    def for_channel(self, channel_id: str) -> Policy:
+        return self._channels.get(channel_id, self.default)
+
+    def apply(self, key: str, value: bytes | None) -> str:
+        """Apply one topic record; return what happened (`applied`, `removed`). Raises
+        PolicyError, leaving everything as it was, for a policy that does not validate."""
+        if value is None:
+            self._specs.pop(key, None)
+            if key == DEFAULT_KEY:
+                self._set_default(self.base)
+            else:
+                self._channels.pop(key, None)
+            return "removed"
+        try:
+            spec = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise PolicyError(f"policy for {key!r}: not JSON: {exc}") from None
+        if not isinstance(spec, dict):
+            raise PolicyError(f"policy for {key!r}: a policy is a JSON object")
+        if key == DEFAULT_KEY:
+            default = _over(self.base, spec, key)
+            self._set_default(default)
+        else:
+            self._channels[key] = _over(self.default, spec, key)
+        self._specs[key] = spec
+        return "applied"
+
+    def _set_default(self, default: Policy) -> None:
+        """A new default: every channel's policy is merged over it again."""
+        channels = {}
+        for key, spec in self._specs.items():
+            if key == DEFAULT_KEY:
+                continue
+            try:
+                channels[key] = _over(default, spec, key)
+            except PolicyError as exc:  # valid over the old default, not over the new one
+                log.error("%s; channel %r falls back to the default", exc, key)
+        self.default = default
+        self._channels = channels
+
+
+def _over(below: Policy, spec: Mapping[str, Any], key: str) -> Policy:
+    return Policy.from_mapping(merge_specs(below.spec, spec), source=f"policy for {key!r}")
+
+
+class PolicyFeed:
+    """Keeps a PolicyBook in step with the policies topic. `start()` returns once caught up."""
+
+    def __init__(
+        self, book: PolicyBook, topic: str, kafka_options: Mapping[str, Any], metrics: Metrics
+    ) -> None:
+        self.book = book
+        self.topic = topic
+        self.options = dict(kafka_options)
+        self.metrics = metrics
+        self._consumer: AIOKafkaConsumer | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Create the topic if missing, read it to its end offsets, then follow it."""
+        await ensure_topics(self.options, {self.topic: 1}, configs={self.topic: TOPIC_CONFIG})
+        self._consumer = consumer = AIOKafkaConsumer(
+            **self.options, group_id=None, enable_auto_commit=False, client_id="moderator-policies"
+        )
+        await start_client(consumer, self.options, "the policies consumer")
+        parts = consumer.partitions_for_topic(self.topic) or set()
+        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        started = time.perf_counter()
+        while await _behind(consumer, ends):
+            await self._poll()
+        log.info("policies: %d channel policies, default %s, read from %s in %.2f s",
+                 len(self.book), self.book.default.ident, self.topic,
+                 time.perf_counter() - started)  # fmt: skip
+        self.task = asyncio.create_task(self._follow(), name="moderator-policies")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        if self._consumer is not None:
+            await stop_within(self._consumer)
+
+    async def _follow(self) -> None:
+        while True:
+            await self._poll()
+
+    async def _poll(self) -> None:
+        assert self._consumer is not None
+        batches = await self._consumer.getmany(timeout_ms=POLL_MS)
+        for records in batches.values():
+            for record in records:
+                self._apply(record.key, record.value)
+
+    def _apply(self, raw_key: bytes | None, value: bytes | None) -> None:
+        key = raw_key.decode("utf-8", "replace") if raw_key else ""
+        if not key:
+            self.metrics.policy_updates.labels("rejected").inc()
+            log.error("policy record without a key (a channel id, or %r) ignored", DEFAULT_KEY)
+            return
+        try:
+            result = self.book.apply(key, value)
+        except PolicyError as exc:
+            self.metrics.policy_updates.labels("rejected").inc()
+            log.error("%s; the previous policy stays", exc)
+            return
+        self.metrics.policy_updates.labels(result).inc()
+        self.metrics.policies.set(len(self.book))
+        shown = self.book.default if key == DEFAULT_KEY else self.book.for_channel(key)
+        log.info("policy for %r %s: %s", key, result, shown.ident)
+
+
+async def _behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int]) -> bool:
+    """Whether `consumer` has yet to read up to `ends` on any partition."""
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return True
+    return False
+
+
+async def open_policies(
+    settings: Settings,
+    metrics: Metrics,
+    model_labels: Sequence[str],
+    *,
+    on_failure: Callable[[asyncio.Task[None]], object],
+) -> tuple[PolicyBook, PolicyFeed | None]:
+    """The policy file (or the packaged default) and, unless `policy_topic` is empty, the feed
+    of per-channel policies, already caught up with its topic; `on_failure` is called if the
+    feed's task ends."""
+    book = PolicyBook(Policy.load(settings.policy))
+    book.base.check_labels(model_labels)
+    if not settings.policy_topic:
+        return book, None
+    feed = PolicyFeed(book, settings.policy_topic, settings.kafka_options(), metrics)
+    await feed.start()
+    assert feed.task is not None
+    feed.task.add_done_callback(on_failure)
+    return book, feed
+
+
+# -- `moderator policy put | get | delete | list` -----------------------------------------------
+
+
+async def read_all(kafka_options: Mapping[str, Any], topic: str) -> dict[str, dict[str, Any]]:
+    """Every live policy on the topic (the last record of each key, tombstones applied)."""
+    consumer = AIOKafkaConsumer(
+        **kafka_options, group_id=None, enable_auto_commit=False, client_id="moderator-policy-cli"
+    )
+    await start_client(consumer, kafka_options, "reading the policies")
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        if not tps:
+            return {}
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        live: dict[str, dict[str, Any]] = {}
+        while await _behind(consumer, ends):
+            for records in (await consumer.getmany(timeout_ms=POLL_MS)).values():
+                for r in records:
+                    key = (r.key or b"").decode("utf-8", "replace")
+                    if r.value is None:
+                        live.pop(key, None)
+                    else:
+                        with contextlib.suppress(orjson.JSONDecodeError):
+                            live[key] = orjson.loads(r.value)
+        return live
+    finally:
+        await stop_within(consumer)
+
+
+async def write(
+    kafka_options: Mapping[str, Any], topic: str, key: str, spec: Mapping[str, Any] | None
+) -> None:
+    """Publish `spec` for `key` (None: a tombstone), acknowledged by every in-sync replica."""
+    await ensure_topics(kafka_options, {topic: 1}, configs={topic: TOPIC_CONFIG})
+    producer = AIOKafkaProducer(**kafka_options, acks="all", client_id="moderator-policy-cli")
+    await start_client(producer, kafka_options, "publishing the policy")
+    try:
+        value = None if spec is None else orjson.dumps(spec)
+        await producer.send_and_wait(topic, value, key=key.encode())
+    finally:
+        await stop_within(producer)
