@@ -210,23 +210,24 @@ class Policy:
         The one decision rule: the service, `moderator score` and the model's evaluation all
         call it, so they cannot disagree on a tie.
         """
-        # Margins within 0.01 tie; a tie goes to the rule listed first (the more specific one:
-        # "kys" saturates self_harm and severe_toxicity alike, and self_harm says more).
-        best: tuple[int, float, int] | None = None
-        severity: str | None = None
+        # The most severe action, then the highest severity, then the widest margin past its
+        # threshold. Margins within 0.01 tie; a tie goes to the rule listed first (the more
+        # specific one: "kys" saturates self_harm and severe_toxicity alike, and self_harm
+        # says more).
+        best: tuple[int, int, float, int] | None = None
         for index, (rule, ladder) in enumerate(zip(self.rules, self._ladders, strict=True)):
             score = scores.get(rule.label)
             if score is None:
                 continue
             for level, threshold, rank in ladder:
                 if score >= threshold:
-                    candidate = (rank, round(score - threshold, 2), -index)
+                    candidate = (rank, SEVERITIES.index(level), round(score - threshold, 2), -index)
                     if rank and (best is None or candidate > best):
-                        best, severity = candidate, level
+                        best = candidate
                     break
         if best is None:
             return Verdict(ALLOW, None)
-        return Verdict(self.actions[best[0]], self.rules[-best[2]].label, severity)
+        return Verdict(self.actions[best[0]], self.rules[-best[3]].label, SEVERITIES[best[1]])
 
 
 def read_spec(path: Path | None = None) -> dict[str, Any]:

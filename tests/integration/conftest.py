@@ -49,6 +49,7 @@ async def settings(kafka: EmbeddedKafka, redis_server: EmbeddedRedis, model_dir:
         in_topic=f"chat.messages.{run}",
         out_topic=f"chat.decisions.{run}",
         dlq_topic=f"chat.messages.dlq.{run}",
+        policy_topic=f"chat.policies.{run}",
         group_id=f"moderator-{run}",
         metrics_port=0,
         commit_interval_s=0.2,

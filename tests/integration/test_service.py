@@ -48,9 +48,11 @@ TEXTS = [
 def assert_decision_schema(d: dict[str, Any], labels: tuple[str, ...]) -> None:
     """The outbound decision schema, field by field."""
     assert set(d) == {
-        "message_id", "channel_id", "user_id", "action", "reason", "scores", "model", "policy",
-        "cached", "degraded", "latency_ms", "over_budget", "decided_at_ms",
+        "message_id", "channel_id", "user_id", "action", "reason", "severity", "scores", "model",
+        "policy", "cached", "degraded", "latency_ms", "over_budget", "decided_at_ms",
     }  # fmt: skip
+    assert d["severity"] in (None, "low", "medium", "high")
+    assert (d["severity"] is None) == (d["action"] == "allow" or d["degraded"])
     for name in ("message_id", "channel_id", "user_id", "model", "policy"):
         assert isinstance(d[name], str)
         assert d[name]

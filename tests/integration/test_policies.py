@@ -1,0 +1,183 @@
+"""Per-channel policies through the policies topic, against the real broker, Redis and model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from moderator import policies
+from moderator.classifier import Classifier
+from moderator.config import Settings
+from moderator.service import Moderator
+from tests.integration.kafka_io import consume, decisions_by_id, distinct_ids, produce
+
+pytestmark = pytest.mark.integration
+
+POTATO = {"name": "no-potatoes", "version": 1,
+          "deny": [{"term": "potato", "category": "custom", "action": "block"}],
+          "allow": ["kill la kill"]}  # fmt: skip
+MILD = {"name": "mild", "version": 3, "labels": {"insult": {"medium": "nudge", "high": "nudge"}}}
+INSULT = "you are a worthless idiot"  # the default policy blocks it (insult, high)
+
+
+def message(i: int, channel: str, text: str) -> tuple[bytes, bytes]:
+    value = {"message_id": f"m-{i}", "channel_id": channel, "user_id": "u-1", "text": text,
+             "sent_at_ms": int(time.time() * 1000)}  # fmt: skip
+    return channel.encode(), orjson.dumps(value)
+
+
+def sample(service: Moderator, name: str, **labels: str) -> float:
+    return service.metrics.registry.get_sample_value(f"moderator_{name}", labels) or 0.0
+
+
+async def decided(settings: Settings, n: int) -> dict[str, dict[str, Any]]:
+    records = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(n))
+    return decisions_by_id(records)
+
+
+async def test_two_channels_get_different_actions_for_the_same_text(
+    settings: Settings, classifier: Classifier
+) -> None:
+    kafka = settings.kafka_options()
+    await policies.write(kafka, settings.policy_topic, "c-potato", POTATO)
+    await policies.write(kafka, settings.policy_topic, "c-mild", MILD)
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        texts = ["i like potato salad", INSULT, "kill la kill is the best anime"]
+        records = [message(i * 3 + j, channel, text)
+                   for i, channel in enumerate(("c-potato", "c-mild", "c-other"))
+                   for j, text in enumerate(texts)]  # fmt: skip
+        await produce(kafka, settings.in_topic, records)
+        got = await decided(settings, len(records))
+    act = {m: (d["channel_id"], d["action"], d["reason"], d["severity"], d["policy"])
+           for m, d in got.items()}  # fmt: skip
+    assert act["m-0"] == ("c-potato", "block", "deny:policy:custom", "high", "no-potatoes@1")
+    assert act["m-3"] == ("c-mild", "allow", None, None, "mild@3")
+    assert act["m-6"] == ("c-other", "allow", None, None, "default@5")
+    # The same insult: blocked by the default (and by no-potatoes, which only adds terms over
+    # it), only nudged where the channel maps the insult severities to nudge.
+    assert act["m-1"][1:4] == ("block", "insult", "high")
+    assert act["m-4"] == ("c-mild", "nudge", "insult", "high", "mild@3")
+    assert act["m-7"][1:5] == ("block", "insult", "high", "default@5")
+    assert {act[m][1] for m in ("m-2", "m-5", "m-8")} == {"allow"}
+
+
+async def test_a_published_policy_changes_decisions_within_a_second_without_restart(
+    settings: Settings, classifier: Classifier
+) -> None:
+    kafka = settings.kafka_options()
+    n, channel = 120, "c-live"
+    sent_at: list[float] = []
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+
+        async def stream() -> None:
+            for i in range(n):
+                await produce(kafka, settings.in_topic, [message(i, channel, "potato time")])
+                sent_at.append(time.monotonic())
+                await asyncio.sleep(0.025)
+
+        sender = asyncio.create_task(stream())
+        await asyncio.sleep(n // 3 * 0.025)
+        await policies.write(kafka, settings.policy_topic, channel, POTATO)
+        published = time.monotonic()
+        await sender
+        records = await consume(kafka, settings.out_topic, until=distinct_ids(n))
+        assert sample(service, "policy_updates_total", result="applied") == 1
+    ids = [orjson.loads(r.value)["message_id"] for r in records]
+    assert ids == [f"m-{i}" for i in range(n)], "each decided once, in order, none lost"
+    actions = [orjson.loads(r.value)["action"] for r in records]
+    switch = actions.index("block")
+    assert actions[:switch] == ["allow"] * switch
+    assert actions[switch:] == ["block"] * (n - switch)
+    assert 0 < switch < n
+    late = [i for i in range(n) if sent_at[i] > published + 1.0]
+    assert late, "the stream went on for more than a second after the policy"
+    assert all(actions[i] == "block" for i in late), "applied within a second"
+
+
+async def test_a_bad_policy_is_rejected_and_the_previous_one_kept(
+    settings: Settings, classifier: Classifier, caplog: pytest.LogCaptureFixture
+) -> None:
+    kafka = settings.kafka_options()
+    channel = "c-strict"
+    await policies.write(kafka, settings.policy_topic, channel, POTATO)
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        bad = {**POTATO, "version": 2, "labels": {"insult": {"high": "obliterate"}}}
+        with caplog.at_level(logging.ERROR, logger="moderator.policies"):
+            await produce(
+                kafka,
+                settings.policy_topic,
+                [(channel.encode(), b"{not json"), (channel.encode(), orjson.dumps(bad))],
+            )
+            deadline = time.monotonic() + 10
+            while sample(service, "policy_updates_total", result="rejected") < 2:
+                assert time.monotonic() < deadline, "the bad policies were never read"
+                await asyncio.sleep(0.05)
+        await produce(kafka, settings.in_topic, [message(0, channel, "potato")])
+        got = await decided(settings, 1)
+    assert (got["m-0"]["action"], got["m-0"]["policy"]) == ("block", "no-potatoes@1")
+    rejections = [r.getMessage() for r in caplog.records if "previous policy stays" in r.message]
+    assert len(rejections) == 2
+    assert "not JSON" in rejections[0]
+    assert "labels.insult.high: 'obliterate' is not one of" in rejections[1]
+
+
+async def test_a_new_instance_has_every_policy_before_it_is_ready(
+    settings: Settings, classifier: Classifier
+) -> None:
+    kafka = settings.kafka_options()
+    n = 150
+    await produce(kafka, settings.policy_topic, [
+        (f"ch-{i}".encode(), orjson.dumps({**POTATO, "name": f"ch-{i}"})) for i in range(n)
+    ] + [(b"ch-0", None)])  # fmt: skip
+    async with Moderator(settings, classifier=classifier) as service:
+        await service.wait_ready(30)
+        assert sample(service, "channel_policies") == n - 1  # ch-0's tombstone applied
+        assert sample(service, "policy_updates_total", result="applied") == n
+        assert sample(service, "policy_updates_total", result="removed") == 1
+        await produce(kafka, settings.in_topic, [message(0, f"ch-{n - 1}", "potato"),
+                                                 message(1, "ch-0", "potato")])  # fmt: skip
+        got = await decided(settings, 2)
+    assert (got["m-0"]["action"], got["m-0"]["policy"]) == ("block", f"ch-{n - 1}@1")
+    assert (got["m-1"]["action"], got["m-1"]["policy"]) == ("allow", "default@5")
+
+
+def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    flags = ["--kafka-bootstrap", settings.kafka_bootstrap, "--policy-topic", settings.policy_topic]
+    return subprocess.run(
+        [sys.executable, "-m", "moderator", "policy", *args, *flags],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_path: Path) -> None:
+    good, bad = tmp_path / "potato.json", tmp_path / "bad.toml"
+    good.write_text(json.dumps(POTATO))
+    bad.write_text('name = "bad"\nversion = 1\n[labels.insult]\nhigh = "obliterate"\n')
+    put = _cli(settings, "put", "c-1", str(good))
+    assert put.returncode == 0, put.stderr
+    assert "c-1 → no-potatoes@1" in put.stdout
+    refused = _cli(settings, "put", "c-2", str(bad))
+    assert refused.returncode == 78
+    assert "bad.toml: labels.insult.high: 'obliterate'" in refused.stderr
+    got = _cli(settings, "get", "c-1")
+    assert got.returncode == 0
+    assert json.loads(got.stdout) == POTATO
+    listed = _cli(settings, "list")
+    assert listed.stdout.splitlines() == ["c-1\tno-potatoes@1"], "the refused one was not sent"
+    assert _cli(settings, "delete", "c-1").returncode == 0
+    missing = _cli(settings, "get", "c-1")
+    assert missing.returncode == 1
+    assert "no policy for 'c-1'" in missing.stderr
+    assert _cli(settings, "list").stdout == ""
