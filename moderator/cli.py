@@ -235,7 +235,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         below = merge_specs(read_spec(settings.policy), live.get(policies.DEFAULT_KEY, {}))
         if args.channel == policies.DEFAULT_KEY:
             below = read_spec(settings.policy)
-        checked = Policy.from_mapping(merge_specs(below, spec), source=str(args.file))
+        checked = policies.layered(below, spec, str(args.file))
         loop.run(policies.write(kafka, topic, args.channel, spec))
         say(f"{topic}: {args.channel} → {checked.ident}")
     elif args.action == "delete":

@@ -89,7 +89,15 @@ class PolicyBook:
 
 
 def _over(below: Policy, spec: Mapping[str, Any], key: str) -> Policy:
-    return Policy.from_mapping(merge_specs(below.spec, spec), source=f"policy for {key!r}")
+    return layered(below.spec, spec, f"policy for {key!r}")
+
+
+def layered(below: Mapping[str, Any], spec: Mapping[str, Any], source: str) -> Policy:
+    """`spec` merged over `below`; it names itself, so every decision says which policy it was."""
+    for field in ("name", "version"):
+        if field not in spec:
+            raise PolicyError(f"{source}: missing {field!r} (every policy names itself)")
+    return Policy.from_mapping(merge_specs(below, spec), source=source)
 
 
 class PolicyFeed:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from moderator.errors import PolicyError
-from moderator.policy import Policy
+from moderator.policy import Policy, merge_specs
+from moderator.terms import default_terms
 
 
 def test_the_default_policy_blocks_threats_and_lets_profanity_pass() -> None:
@@ -219,3 +220,115 @@ def test_the_warning_names_the_policy_and_every_label_the_model_lacks(
         policy.check_labels(["c"])
     assert caplog.messages == ["policy p@4 names labels the model does not produce, they never "
                                "trigger: a, b"]  # fmt: skip
+
+
+# -- severities, deny and allow terms, partial policies ----------------------------------------
+
+SEVERE = {
+    "name": "sev", "version": 1,
+    "severity": {"low": 0.4, "medium": 0.7, "high": 0.9},
+    "labels": {
+        "threat": {"high": "block"},
+        "insult": {"medium": "nudge", "high": "block", "thresholds": {"high": 0.95}},
+        "obscene": {"low": "allow"},
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("scores", "verdict"),
+    [
+        ({"threat": 0.95}, ("block", "threat", "high")),
+        ({"threat": 0.8}, ("allow", None, None)),  # medium, but only high acts
+        ({"insult": 0.8}, ("nudge", "insult", "medium")),
+        ({"insult": 0.93}, ("nudge", "insult", "medium")),  # its own high starts at 0.95
+        ({"insult": 0.96}, ("block", "insult", "high")),
+        ({"obscene": 1.0}, ("allow", None, None)),  # low profanity allowed, even at 1.0
+        ({"insult": 0.8, "threat": 0.99}, ("block", "threat", "high")),
+    ],
+)
+def test_scores_map_to_severities_and_severities_to_actions_per_label(
+    scores: dict[str, float], verdict: tuple[str, str | None, str | None]
+) -> None:
+    assert Policy.from_mapping(SEVERE).decide(scores) == verdict
+
+
+def test_an_unmapped_severity_takes_the_action_of_the_one_below() -> None:
+    policy = Policy.from_mapping({"name": "x", "version": 1, "labels": {"a": {"low": "nudge"}}})
+    assert policy.decide({"a": 0.99}) == ("nudge", "a", "high")
+    assert policy.decide({"a": 0.49}) == ("allow", None, None)  # the default low starts at 0.5
+
+
+def test_the_older_threshold_per_action_form_takes_the_top_severities() -> None:
+    policy = Policy.from_mapping(
+        {"name": "x", "version": 1, "labels": {"a": {"nudge": 0.6, "block": 0.8}}}
+    )
+    assert policy.decide({"a": 0.7}) == ("nudge", "a", "medium")
+    assert policy.decide({"a": 0.8}) == ("block", "a", "high")
+    assert policy.rules[0].by_action == {"nudge": 0.6, "block": 0.8}
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ({"labels": {"a": {"high": "obliterate"}}}, "labels.a.high: 'obliterate' is not one of"),
+        ({"labels": {"a": {"extreme": "block"}}}, "labels.a may only set low, medium, high"),
+        ({"labels": {"a": {"high": "block", "thresholds": {"high": 2}}}}, "thresholds.high"),
+        ({"severity": {"high": "0.9"}}, "severity.high must be a number in 0..1"),
+        ({"deny": "potato"}, "deny must be a list"),
+        ({"deny": [{"term": " "}]}, "deny[0].term must be a non-empty string"),
+        ({"deny": [{"term": "x", "action": "allow"}]}, "deny[0].action: 'allow'"),
+        ({"deny": [{"term": "x", "colour": "red"}]}, "deny[0] may only set"),
+        ({"allow": [3]}, "'allow' must be a list of non-empty strings"),
+        ({"default_terms": {"high": "smite"}}, "default_terms.high: 'smite'"),
+    ],
+)
+def test_each_mistake_in_the_new_fields_is_named(spec: dict[str, object], error: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        Policy.from_mapping({"name": "x", "version": 1, **spec}, source="p.json")
+    assert str(info.value).startswith("p.json: ")
+    assert error in str(info.value)
+
+
+def test_a_deny_term_decides_and_an_allowed_phrase_removes_only_its_own_effect() -> None:
+    policy = Policy.from_mapping({
+        "name": "x", "version": 1,
+        "deny": [{"term": "potato", "category": "custom", "action": "block"},
+                 {"term": "kill", "category": "violence", "action": "nudge", "severity": "medium"}],
+        "allow": ["kill la kill"],
+    })  # fmt: skip
+    assert policy.deny_verdict("i like potato") == ("block", "deny:policy:custom", "high")
+    assert policy.deny_verdict("kill it") == ("nudge", "deny:policy:violence", "medium")
+    assert policy.deny_verdict(policy.without_allowed("watching kill la kill")) is None
+    both = policy.without_allowed("kill la kill, then kill it")
+    assert policy.deny_verdict(both) == ("nudge", "deny:policy:violence", "medium")
+    assert policy.deny_verdict("gg wp") is None
+
+
+def test_a_partial_policy_takes_what_it_leaves_out_from_the_one_below() -> None:
+    base = Policy.load().spec
+    over = {"name": "mild", "version": 2, "labels": {"insult": {"high": "nudge"}},
+            "deny": [{"term": "potato"}], "allow": ["kill la kill"]}  # fmt: skip
+    merged = merge_specs(base, over)
+    policy = Policy.from_mapping(merged)
+    assert policy.ident == "mild@2"
+    assert merged["labels"]["threat"] == base["labels"]["threat"]  # kept from the default
+    assert merged["labels"]["insult"] == {"high": "nudge"}  # replaced, label by label
+    assert policy.decide({"insult": 0.99}) == ("nudge", "insult", "high")
+    assert policy.decide({"threat": 0.999})[0] == "block"
+    lists = merge_specs(merged, {"name": "m", "version": 3, "deny": [{"term": "yam"}]})
+    assert [d["term"] for d in lists["deny"]] == ["potato", "yam"]  # lists add up
+
+
+def test_the_packaged_term_list_is_used_by_severity() -> None:
+    spec = {"name": "x", "version": 1}
+    assert Policy.from_mapping(spec).terms is None
+    strict = Policy.from_mapping({**spec, "default_terms": {"medium": "nudge", "high": "block"}})
+    off = Policy.from_mapping({**spec, "default_terms": {"medium": "allow", "high": "allow"}})
+    assert strict.terms is not None
+    assert off.terms is None
+    verdicts = [strict.deny_verdict(t.term) for t in default_terms() if t.severity != "low"]
+    assert verdicts
+    assert all(
+        v is not None and v.reason and v.reason.startswith("deny:default:") for v in verdicts
+    )
