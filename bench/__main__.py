@@ -29,7 +29,7 @@ from moderator.config import REPO_ROOT
 
 log = logging.getLogger("bench")
 
-SECTIONS = ("ladder", "pipeline", "spin", "scaleup")
+SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms")
 RESULTS_FILE = artifacts.BENCH_BUILD_DIR / "results.json"
 SPIN_FALLBACK_RATE = {"distilbert-base": 80.0, "minilm-l6": 200.0}  # without a pipeline run
 
@@ -290,6 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = Bench(args)
     log.info("benchmark on %s, %d threads, %s", bench.results["machine_label"], bench.threads,
              "quick" if args.quick else "full")  # fmt: skip
+    if "terms" in sections:
+        from bench.terms import run_terms
+
+        bench.results["terms"] = run_terms()
+        bench.save()
     if "ladder" in sections:
         bench.ladder()
     if {"pipeline", "spin", "scaleup"} & set(sections):

@@ -152,3 +152,13 @@ def test_spin_diagnosis_judges_the_best_layout_against_the_target() -> None:
     text = report.render(results(spin={"distilbert-base": {"rate": 90.0, "rows": rows}}))
     assert "## 5. Diagnosis" in text
     assert "2 threads, spinning off, **met**: p50 12.0 ms, p99 30.0 ms" in text
+
+
+def test_the_terms_section_shows_the_matchers_figures() -> None:
+    terms = {"terms": 10000, "packaged_terms": 1598, "lines": 3000, "mean_chars": 39.6,
+             "compile_s": 0.229, "mean_us": 139.0, "p50_us": 104.2, "p99_us": 650.0,
+             "lines_per_s": 7192.6, "matched_share": 0.128}  # fmt: skip
+    text = "\n".join(report.section_terms(terms, "test host"))
+    assert "10,000 terms on one core (test host)" in text
+    assert "| 10,000 (1,598 packaged) | 229 ms | 139 µs | 104 µs | 650 µs | 7,193 |" in text
+    assert report.section_terms(None, "x") == []
