@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 
 from moderator.config import Settings
@@ -115,12 +116,18 @@ class PolicyFeed:
 
     async def start(self) -> None:
         """Create the topic if missing, read it to its end offsets, then follow it."""
-        await ensure_topics(self.options, {self.topic: 1}, configs={self.topic: TOPIC_CONFIG})
+        try:
+            await ensure_topics(self.options, {self.topic: 1}, configs={self.topic: TOPIC_CONFIG})
+        except KafkaError as exc:  # not allowed to create topics: it may exist all the same
+            log.warning("could not make sure the policies topic %s exists: %r", self.topic, exc)
         self._consumer = consumer = AIOKafkaConsumer(
             **self.options, group_id=None, enable_auto_commit=False, client_id="moderator-policies"
         )
         await start_client(consumer, self.options, "the policies consumer")
         parts = consumer.partitions_for_topic(self.topic) or set()
+        if not parts:
+            log.warning("no policies topic %s: every channel gets %s", self.topic,
+                        self.book.default.ident)  # fmt: skip
         tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -142,6 +149,8 @@ class PolicyFeed:
             await stop_within(self._consumer)
 
     async def _follow(self) -> None:
+        if not self._consumer or not self._consumer.assignment():
+            await asyncio.Event().wait()  # no topic to follow: idle until stopped
         while True:
             await self._poll()
 
