@@ -172,42 +172,23 @@ def ffn_down_projections(path: Path) -> list[str]:
     ]
 
 
-def quantize(
-    src: Path,
-    dst: Path,
-    *,
-    per_channel: bool,
-    tokenizer: Path | None = None,
-    calibration: Sequence[str] | None = None,
-) -> None:
+def quantize(src: Path, dst: Path, *, per_channel: bool) -> None:
     """Dynamic int8 quantization of the weights (QInt8), activations quantized at run time.
 
-    The feed-forward down-projections are left to `models.smoothing` (SmoothQuant, calibrated
-    through `tokenizer` on `calibration`, training text; by default the template training
-    split); without a tokenizer they stay fp32 (`ffn_down_projections` says why).
+    The feed-forward down-projections stay fp32 (`ffn_down_projections` says why).
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    down = ffn_down_projections(src)
     quantize_dynamic(
         src,
         dst,
         weight_type=QuantType.QInt8,
         per_channel=per_channel,
-        nodes_to_exclude=down,
+        nodes_to_exclude=ffn_down_projections(src),
         # Needed on an optimizer-fused graph: fused nodes lack type info for some tensors.
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
-    if tokenizer is not None:
-        from models import corpus, smoothing
-
-        texts = calibration or [text for text, _ in corpus.read_tsv(corpus.TRAIN_FILE)]
-        ids = smoothing.calibration_ids(tokenizer, texts, CALIBRATION_MAX_LENGTH)
-        smoothing.smooth_down_projections(dst, down, ids)
-
-
-CALIBRATION_MAX_LENGTH = 128  # the runtime's max_length (models/train.py MAX_LENGTH)
 
 
 def make_session(path: Path, threads: int = 1) -> Any:
@@ -299,7 +280,6 @@ def export_model_dir(
     tokenizer_path: Path,
     max_length: int,
     per_channel: bool = True,
-    calibration: Sequence[str] | None = None,
 ) -> ExportResult:
     """Export → fuse → int8 → parity into out_dir (model.onnx, model-fp32.onnx, tokenizer.json).
 
@@ -315,11 +295,10 @@ def export_model_dir(
         logger.info("fusing transformer operators")
         stats = fuse(raw, fp32_path, num_heads, hidden_size)
     logger.info("fused operators: %s", stats)
+    logger.info("quantizing to int8 (per_channel=%s)", per_channel)
+    quantize(fp32_path, int8_path, per_channel=per_channel)
     if tokenizer_path.resolve() != (out_dir / TOKENIZER_FILE).resolve():
         shutil.copyfile(tokenizer_path, out_dir / TOKENIZER_FILE)
-    logger.info("quantizing to int8 (per_channel=%s)", per_channel)
-    quantize(fp32_path, int8_path, per_channel=per_channel, tokenizer=out_dir / TOKENIZER_FILE,
-             calibration=calibration)  # fmt: skip
     parity = check_parity(module, fp32_path, int8_path, out_dir / TOKENIZER_FILE, max_length)
     logger.info("parity: %s", parity)
     return ExportResult(
@@ -340,7 +319,6 @@ def write_manifest(
     max_length: int,
     source: str,
     per_channel: bool,
-    smoothed: bool = True,  # export_model_dir always smooths; a build may pick otherwise
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write manifest.json for the int8 model.onnx in out_dir and return it."""
@@ -355,8 +333,7 @@ def write_manifest(
         "sha256": sha,
         "quantization": "dynamic-int8 (QInt8 weights, "
         + ("per-channel" if per_channel else "per-tensor")
-        + ", onnxruntime quantize_dynamic; feed-forward down-projections "
-        + ("SmoothQuant-ed, per-column int8)" if smoothed else "kept fp32)"),
+        + ", onnxruntime quantize_dynamic; feed-forward down-projections kept fp32)",
         "source": source,
         "inputs": list(INPUT_NAMES),
         "output": OUTPUT_NAME,
