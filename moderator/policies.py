@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -44,6 +45,14 @@ class PolicyBook:
         self.default = base  # `*` from the topic merged over `base`, if there is one
         self._specs: dict[str, dict[str, Any]] = {}  # as written to the topic, by key
         self._channels: dict[str, Policy] = {}
+
+    @classmethod
+    def load(cls, path: Path | None, model_labels: Iterable[str]) -> PolicyBook:
+        """The policy file (or the packaged default) as the base; warns about labels the model
+        lacks."""
+        book = cls(Policy.load(path))
+        book.base.check_labels(model_labels)
+        return book
 
     def __len__(self) -> int:
         return len(self._channels)
@@ -187,25 +196,22 @@ async def _behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int]
     return False
 
 
-async def open_policies(
+async def follow_policies(
+    book: PolicyBook,
     settings: Settings,
     metrics: Metrics,
-    model_labels: Sequence[str],
     *,
     on_failure: Callable[[asyncio.Task[None]], object],
-) -> tuple[PolicyBook, PolicyFeed | None]:
-    """The policy file (or the packaged default) and, unless `policy_topic` is empty, the feed
-    of per-channel policies, already caught up with its topic; `on_failure` is called if the
-    feed's task ends."""
-    book = PolicyBook(Policy.load(settings.policy))
-    book.base.check_labels(model_labels)
+) -> PolicyFeed | None:
+    """Unless `policy_topic` is empty, the feed of per-channel policies into `book`, already
+    caught up with its topic; `on_failure` is called if the feed's task ends."""
     if not settings.policy_topic:
-        return book, None
+        return None
     feed = PolicyFeed(book, settings.policy_topic, settings.kafka_options(), metrics)
     await feed.start()
     assert feed.task is not None
     feed.task.add_done_callback(on_failure)
-    return book, feed
+    return feed
 
 
 # -- `moderator policy put | get | delete | list` -----------------------------------------------

@@ -31,7 +31,7 @@ from moderator.degrade import Fallback
 from moderator.ledger import Entry, OffsetLedger
 from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Outcome, Pipeline
-from moderator.policies import PolicyFeed, open_policies
+from moderator.policies import PolicyBook, PolicyFeed, follow_policies
 from moderator.publisher import Fetched, Publisher
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,7 @@ class Moderator:
             self.metrics.model.info(
                 {"name": info.name, "version": info.version, "threads": str(classifier.threads)}
             )
-            policies, self._feed = await open_policies(s, self.metrics, classifier.labels,
-                                                       on_failure=self._on_task_done)  # fmt: skip
+            policies = PolicyBook.load(s.policy, classifier.labels)
             self._cache = VerdictCache(
                 s.redis_url,
                 metrics=self.metrics,
@@ -168,6 +167,8 @@ class Moderator:
                 on_failure=self._on_task_done,
             )
             await start_client(producer, s.kafka_options(), "the producer")
+            self._feed = await follow_policies(policies, s, self.metrics,  # caught up: then ready
+                                               on_failure=self._on_task_done)  # fmt: skip
             self._consumer = AIOKafkaConsumer(
                 **s.kafka_options(),
                 group_id=s.group_id,
