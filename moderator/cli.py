@@ -27,7 +27,7 @@ from moderator.config import (
     log_settings,
     settings_from_args,
 )
-from moderator.errors import ConfigError, ModeratorError
+from moderator.errors import ConfigError, ModeratorError, PolicyError
 from moderator.policy import EMPTY_TEXT, Policy, Verdict, merge_specs, read_spec
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator
@@ -247,9 +247,17 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             print(f"moderator: no policy for {args.channel!r} on {topic}", file=sys.stderr)
             return 1
         print(orjson.dumps(live[args.channel], option=orjson.OPT_INDENT_2).decode())
-    else:
-        for channel, spec in sorted(loop.run(policies.read_all(kafka, topic)).items()):
-            print(f"{channel}\t{spec.get('name')}@{spec.get('version')}")
+    else:  # list: what each record would do, since an invalid one is refused by the moderators
+        live = loop.run(policies.read_all(kafka, topic))
+        base = read_spec(settings.policy)
+        default = merge_specs(base, live.get(policies.DEFAULT_KEY, {}))
+        for channel, spec in sorted(live.items()):
+            below = base if channel == policies.DEFAULT_KEY else default
+            try:
+                shown = policies.layered(below, spec, "policy").ident
+            except PolicyError as exc:
+                shown = f"{spec.get('name')}@{spec.get('version')}\tREJECTED: {exc}"
+            print(f"{channel}\t{shown}")
     return 0
 
 

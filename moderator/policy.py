@@ -280,7 +280,11 @@ def _rule(
         raise PolicyError(f"{where} must be a table")
     if not spec:
         raise PolicyError(f"{where} sets no threshold and maps no severity to an action")
-    if any(_is_number(v) for v in spec.values()):  # the older form: a threshold per action
+    numbers = [_is_number(v) for v in spec.values() if v is not None]
+    if any(numbers) and not all(numbers):
+        raise PolicyError(f"{where} mixes thresholds (numbers, the older form) with actions per "
+                          "severity (names): use one form")  # fmt: skip
+    if any(numbers):  # the older form: a threshold per action
         if set(spec) - set(actions) or len(actions) > len(SEVERITIES):
             allowed = ", ".join(repr(a) for a in actions)
             raise PolicyError(f"{where} may only set {allowed}")

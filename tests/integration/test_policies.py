@@ -176,6 +176,13 @@ def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_
     assert json.loads(got.stdout) == POTATO
     listed = _cli(settings, "list")
     assert listed.stdout.splitlines() == ["c-1\tno-potatoes@1"], "the refused one was not sent"
+    # Written by another client, unchecked: listed as what the moderators will do with it.
+    bad_spec = {"name": "raw", "version": 1, "labels": {"insult": {"high": "obliterate"}}}
+    asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "c-3", bad_spec))
+    rows = _cli(settings, "list").stdout.splitlines()
+    assert rows[0] == "c-1\tno-potatoes@1"
+    assert rows[1].startswith("c-3\traw@1\tREJECTED: policy: labels.insult.high: 'obliterate'")
+    asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "c-3", None))
     assert _cli(settings, "delete", "c-1").returncode == 0
     missing = _cli(settings, "get", "c-1")
     assert missing.returncode == 1

@@ -273,6 +273,7 @@ def test_the_older_threshold_per_action_form_takes_the_top_severities() -> None:
     [
         ({"labels": {"a": {"high": "obliterate"}}}, "labels.a.high: 'obliterate' is not one of"),
         ({"labels": {"a": {"extreme": "block"}}}, "labels.a may only set low, medium, high"),
+        ({"labels": {"a": {"high": 0.5, "medium": "nudge"}}}, "labels.a mixes thresholds"),
         ({"labels": {"a": {"high": "block", "thresholds": {"high": 2}}}}, "thresholds.high"),
         ({"severity": {"high": "0.9"}}, "severity.high must be a number in 0..1"),
         ({"deny": "potato"}, "deny must be a list"),
