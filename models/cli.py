@@ -121,7 +121,7 @@ def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:
 # int8 candidates, in order of preference: (name, per-channel weights). Both keep the feed-forward
 # down-projections fp32 (onnx_export.ffn_down_projections). SmoothQuant-ing those into int8 was
 # tried (1.4x faster on an AVX-512 VNNI host) and dropped: on an AVX2 host its real-text gap to
-# fp32 was 2.8 points on the dev split (with 8- or 7-bit weights), against 0.3 for these.
+# fp32 on the dev split was 2.8 points (3.3 with 7-bit weights), against 0.3 for these.
 QUANT_CANDIDATES = (("per-channel", True), ("per-tensor", False))
 # Half the report's 1-point int8-vs-fp32 bar: the choice is made on the dev split, the bar is
 # judged on the test split.
