@@ -20,9 +20,10 @@ ROUNDS = 3
 
 
 def _made_up(rng: random.Random) -> str:
-    """A pronounceable made-up word of 4-8 letters, standing in for a platform's own terms."""
-    return "".join(
-        rng.choice("bcdfghjklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 4))
+    """A made-up word standing in for a platform's own terms; `xq` keeps it off real words."""
+    syllables = rng.randint(2, 4)
+    return "xq" + "".join(
+        rng.choice("bcdfghjklmnprstvz") + rng.choice("aeiou") for _ in range(syllables)
     )
 
 
