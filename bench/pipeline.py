@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import CpuSplit, per_message_ms
 from bench.ladder import backlog_rung
 from bench.profile import finish_profile, start_profile
 from bench.stack import ModeratorConfig, affinity, create_topics, drain, moderator, warm_up
 from bench.texts import SEED, bench_texts
-from devstack.child import read_status_kb
+from devstack.child import Samples, read_status_kb
 from loadgen.config import LoadConfig
 from loadgen.hop import HopResult, measure_hop
 from loadgen.kafka import TopicSet
@@ -98,19 +99,24 @@ def latency_run(
     hop: HopResult,
     tag: str,
     *,
-    harness: tuple[frozenset[int], int] | None = None,
+    broker_pid: int = 0,
+    harness_cores: frozenset[int] | None = None,
 ) -> dict[str, Any]:
-    """Open-loop load at `rate` against a fresh moderator (the load generator, dup_ratio 0).
+    """Open-loop load at `rate` against a fresh moderator (the load generator, dup_ratio 0), with
+    the CPU each role spent per decided message and the scorer's batches (bench/cpu.py).
 
-    `harness`: (cores, broker pid) to pin the load generator and the broker to, while
+    `harness_cores`: pin the load generator and the broker (`broker_pid`) there, while
     `cfg.cores` holds the moderator, so the service's own curve is told apart from the share of
     the machine the harness takes."""
     names = TopicSet.fresh("bench", tag)
     run(create_topics(bootstrap, names))
     with moderator(cfg, bootstrap, names) as mp:
         run(warm_up(bootstrap, names, bench_texts(64)))
-        cores, broker_pid = harness if harness is not None else (None, 0)
-        with affinity(cores, *([broker_pid] if broker_pid else [])):
+        before = mp.scrape()
+        cpu = CpuSplit(moderators=mp.worker_pids(), broker=broker_pid, harness=os.getpid())
+        pinned = [broker_pid] if broker_pid and harness_cores is not None else []
+        with affinity(harness_cores, *pinned):
+            cpu.start()
             summary = run(
                 run_load(
                     LoadConfig(
@@ -121,11 +127,38 @@ def latency_run(
                     hop=hop,
                 )
             )  # fmt: skip
+            split = cpu.stop()
+        after = mp.scrape()
         del mp
     out = summary_dict(summary)
+    out["cpu_ms_per_msg"] = per_message_ms(split, summary.decided)
+    out["cpu_seconds"] = {role: round(v, 3) for role, v in split.items()}
+    if before is not None and after is not None:
+        out["batches"] = batch_stats(before, after)
     log.info("%s at %.0f/s: p50 %s p99 %s ms, %d missing", tag, rate, out["p50_ms"],
              out["p99_ms"], out["missing"])  # fmt: skip
     return out
+
+
+def batch_stats(before: Samples, after: Samples) -> dict[str, float | None]:
+    """The scorer's batches between two scrapes: mean size, mean wait for a batch to start, and
+    the mean model time of the batch a message was in."""
+
+    def delta(name: str, **labels: str) -> float:
+        return after.total(name, **labels) - before.total(name, **labels)
+
+    batches = delta("moderator_batch_size_count")
+    scored = delta("moderator_stage_seconds_count", stage="score")
+    return {
+        "batches": batches,
+        "mean_size": round(delta("moderator_batch_size_sum") / batches, 3) if batches else None,
+        "queue_ms": round(delta("moderator_stage_seconds_sum", stage="queue") * 1000 / scored, 3)
+        if scored
+        else None,
+        "model_ms": round(delta("moderator_stage_seconds_sum", stage="score") * 1000 / scored, 3)
+        if scored
+        else None,
+    }
 
 
 def _cfg_dict(cfg: ModeratorConfig) -> dict[str, Any]:
@@ -147,6 +180,7 @@ def run_model(
     texts = bench_texts(plan.backlog)
     repeats = bench_texts(plan.backlog, dup_ratio=0.4)
     out: dict[str, Any] = {"model_dir": str(model_dir), "threads": threads,
+                           "cores": len(os.sched_getaffinity(0)),
                            "backlog": plan.backlog}  # fmt: skip
 
     def save() -> None:
@@ -171,7 +205,8 @@ def run_model(
     out["latency"] = []
     for fraction in LOAD_FRACTIONS:
         row = latency_run(bootstrap, off, saturation * fraction, plan.latency_duration_s, hop,
-                          tag=f"{shape}-lat{int(fraction * 100)}")  # fmt: skip
+                          tag=f"{shape}-lat{int(fraction * 100)}",
+                          broker_pid=broker_pid or 0)  # fmt: skip
         row["fraction"] = fraction
         out["latency"].append(row)
         save()
@@ -186,7 +221,7 @@ def run_model(
         for fraction in PINNED_FRACTIONS:
             row = latency_run(bootstrap, pinned, saturation * fraction, plan.latency_duration_s,
                               hop, tag=f"{shape}-pin{int(fraction * 100)}",
-                              harness=(rest, broker_pid or 0))  # fmt: skip
+                              broker_pid=broker_pid or 0, harness_cores=rest)  # fmt: skip
             row["fraction"] = fraction
             out["latency_pinned"]["rows"].append(row)
             save()

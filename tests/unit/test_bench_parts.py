@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
+from bench import cpu
 from bench.profile import summarize_folded
 from bench.scaleup import layout_label, layouts
 from bench.texts import bench_texts, repeat_share
@@ -74,3 +78,26 @@ def test_affinity_pins_inside_the_block_and_restores_after() -> None:
     assert os.sched_getaffinity(0) == before
     with affinity(None):
         assert os.sched_getaffinity(0) == before
+
+
+def test_cpu_split_counts_each_thread_for_its_role() -> None:
+    ask = {"moderators": [100], "broker": 200}
+    assert cpu.role_of(100, 100, "python", **ask) == "event loop"
+    assert cpu.role_of(100, 101, cpu.SCORER_THREAD_NAME, **ask) == "scorer"
+    assert cpu.role_of(100, 102, "python", **ask) == "model pool & other"
+    assert cpu.role_of(200, 201, "tokio-rt-worker", **ask) == "broker"
+    assert cpu.role_of(300, 300, "python", **ask) == "load generator"
+
+
+def test_cpu_split_measures_this_process_as_the_harness() -> None:
+    split = cpu.CpuSplit(moderators=[], broker=0, harness=os.getpid())
+    split.start()
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # burn 0.2 s of CPU in this thread
+        pass
+    seconds = split.stop()
+    assert seconds["load generator"] >= 0.1
+    assert seconds["event loop"] == seconds["scorer"] == seconds["broker"] == 0.0
+    per = cpu.per_message_ms(seconds, 100)
+    assert per["total"] == pytest.approx(per["load generator"], abs=0.01)
+    assert per["load generator"] == pytest.approx(seconds["load generator"] * 10, abs=0.01)

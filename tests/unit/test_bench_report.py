@@ -162,3 +162,22 @@ def test_the_terms_section_shows_the_matchers_figures() -> None:
     assert "10,000 terms on one core (test host)" in text
     assert "| 10,000 (1,598 packaged) | 229 ms | 139 µs | 104 µs | 650 µs | 7,193 |" in text
     assert report.section_terms(None, "x") == []
+
+
+def test_the_cpu_split_says_where_each_message_goes_and_why_half_load_queues() -> None:
+    res = pipeline_result(300.0, 600.0)
+    res["cores"] = 2
+    cpu = {"event loop": 1.5, "scorer": 4.0, "model pool & other": 2.0, "broker": 2.0,
+           "load generator": 1.5, "total": 11.0}  # fmt: skip
+    batches = {"batches": 100.0, "mean_size": 7.0, "queue_ms": 200.0, "model_ms": 40.0}
+    for row in res["latency"]:
+        row.update(cpu_ms_per_msg=cpu, batches=batches)
+    text = report.render(results(pipeline={"minilm-l6": res}), report.observations(
+        results(pipeline={"minilm-l6": res})))  # fmt: skip
+    # 50%: 225 msgs/s × 11 CPU-ms on 2 cores; the bare model: 2 threads / 600 msgs/s = 3.33 ms
+    row = "| 50% | 225 | 1.50 | 4.00 | 2.00 | 2.00 | 1.50 | 11.0 | 124% | 7.00 | 200.0 | 40.0 |"
+    assert row in text
+    assert "The bare model spends 3.33 CPU-ms per message" in text
+    assert "At 50% load the machine is 124% busy" in text
+    assert "the model 6.00 (1.80x the bare model's 3.33" in text
+    assert "the harness (broker and load generator) 3.50" in text

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moderator.batcher import BatchScorer
+from moderator.batcher import SCORER_THREAD_NAME, BatchScorer
 from moderator.cache import KEY_PREFIX, LruCache, cache_key
 from moderator.classifier import HEAD_CHARS_PER_TOKEN, Classifier
 from moderator.cli import score_lines
@@ -150,6 +150,22 @@ async def test_the_batcher_scores_a_backlog_in_length_sorted_batches(
     # 10 waiting jobs, cap 4: batches of 4, 4 and 2 (and no batch of one per message).
     count = metrics.registry.get_sample_value("moderator_batch_size_count")
     assert count == 3
+
+
+def _thread_names() -> list[str]:
+    return [(t / "comm").read_text().strip() for t in Path("/proc/self/task").iterdir()]
+
+
+async def test_the_scoring_thread_is_named_for_the_os(classifier: Classifier) -> None:
+    """`top -H` and the benchmark's CPU split tell the model's thread from the event loop's."""
+    scorer = BatchScorer(classifier, max_batch=4, metrics=Metrics())
+    await scorer.start()
+    try:
+        await scorer.score(classifier.encode(["gg"])[0])
+        names = _thread_names()
+    finally:
+        await scorer.stop()
+    assert names.count(SCORER_THREAD_NAME) == 1
 
 
 def test_score_writes_one_decision_per_line_in_order(classifier: Classifier) -> None:

@@ -1,0 +1,82 @@
+"""Where the CPU goes during a run: CPU-seconds per role, from /proc, per decided message.
+
+Roles: the moderator's event loop (its main thread), its scorer thread (named by the runtime, so
+`top -H` shows it too), its other threads (ONNX Runtime's intra-op pool, the metrics server), the
+broker, and the load generator (this process: the harness runs in it). Read from each thread's
+utime + stime, so it costs nothing while the run goes on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from moderator.batcher import SCORER_THREAD_NAME
+
+ROLES = ("event loop", "scorer", "model pool & other", "broker", "load generator")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _thread_times(pid: int) -> dict[int, tuple[str, float]]:
+    """{tid: (thread name, CPU seconds)} for every thread of `pid` ({} once it is gone)."""
+    out: dict[int, tuple[str, float]] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return out
+
+
+def role_of(pid: int, tid: int, name: str, *, moderators: Iterable[int], broker: int) -> str:
+    """Which role a thread's CPU counts for."""
+    if pid == broker:
+        return "broker"
+    if pid in set(moderators):
+        if tid == pid:
+            return "event loop"
+        return "scorer" if name == SCORER_THREAD_NAME else "model pool & other"
+    return "load generator"
+
+
+class CpuSplit:
+    """CPU-seconds by role between `start()` and `stop()`."""
+
+    def __init__(self, *, moderators: Iterable[int], broker: int, harness: int) -> None:
+        self.moderators = tuple(moderators)
+        self.broker = broker
+        self.pids = (*self.moderators, broker, harness)
+        self._before: dict[tuple[int, int], tuple[str, float]] = {}
+        self.seconds: dict[str, float] = {}
+
+    def _snapshot(self) -> dict[tuple[int, int], tuple[str, float]]:
+        return {(pid, tid): v for pid in self.pids for tid, v in _thread_times(pid).items()}
+
+    def start(self) -> None:
+        self._before = self._snapshot()
+
+    def stop(self) -> dict[str, float]:
+        """CPU-seconds per role since `start()` (threads born in between count from zero)."""
+        split = dict.fromkeys(ROLES, 0.0)
+        for (pid, tid), (name, seconds) in self._snapshot().items():
+            was = self._before.get((pid, tid), (name, 0.0))[1]
+            role = role_of(pid, tid, name, moderators=self.moderators, broker=self.broker)
+            split[role] += max(seconds - was, 0.0)
+        self.seconds = split
+        return split
+
+
+def per_message_ms(split: Mapping[str, float], messages: int) -> dict[str, float]:
+    """CPU milliseconds per decided message, by role, and their total."""
+    n = max(messages, 1)
+    out = {role: round(split.get(role, 0.0) * 1000 / n, 3) for role in ROLES}
+    out["total"] = round(sum(split.get(role, 0.0) for role in ROLES) * 1000 / n, 3)
+    return out
