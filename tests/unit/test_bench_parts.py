@@ -11,6 +11,7 @@ from bench import cpu
 from bench.profile import summarize_folded
 from bench.scaleup import layout_label, layouts
 from bench.texts import bench_texts, repeat_share
+from moderator.batcher import SCORER_THREAD_NAME
 
 
 @pytest.mark.parametrize(
@@ -81,12 +82,14 @@ def test_affinity_pins_inside_the_block_and_restores_after() -> None:
 
 
 def test_cpu_split_counts_each_thread_for_its_role() -> None:
-    ask = {"moderators": [100], "broker": 200}
-    assert cpu.role_of(100, 100, "python", **ask) == "event loop"
-    assert cpu.role_of(100, 101, cpu.SCORER_THREAD_NAME, **ask) == "scorer"
-    assert cpu.role_of(100, 102, "python", **ask) == "model pool & other"
-    assert cpu.role_of(200, 201, "tokio-rt-worker", **ask) == "broker"
-    assert cpu.role_of(300, 300, "python", **ask) == "load generator"
+    def role(pid: int, tid: int, name: str = "python") -> str:
+        return cpu.role_of(pid, tid, name, moderators=[100], broker=200)
+
+    assert role(100, 100) == "event loop"
+    assert role(100, 101, SCORER_THREAD_NAME) == "scorer"
+    assert role(100, 102) == "model pool & other"
+    assert role(200, 201, "tokio-rt-worker") == "broker"
+    assert role(300, 300) == "load generator"
 
 
 def test_cpu_split_measures_this_process_as_the_harness() -> None:
