@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from moderator.config import Settings
 from moderator.connect import start_client, stop_within
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 DEFAULT_KEY = "*"
 POLL_MS = 200  # a change is applied within about this long after it is written
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
+OnRecord = Callable[[ConsumerRecord[bytes, bytes]], None]
 
 
 class PolicyBook:
@@ -133,17 +134,10 @@ class PolicyFeed:
             **self.options, group_id=None, enable_auto_commit=False, client_id="moderator-policies"
         )
         await start_client(consumer, self.options, "the policies consumer")
-        parts = consumer.partitions_for_topic(self.topic) or set()
-        if not parts:
+        started = time.perf_counter()
+        if not await read_to_end(consumer, self.topic, self._apply_record):
             log.warning("no policies topic %s: every channel gets %s", self.topic,
                         self.book.default.ident)  # fmt: skip
-        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        started = time.perf_counter()
-        while await _behind(consumer, ends):
-            await self._poll()
         log.info("policies: %d channel policies, default %s, read from %s in %.2f s",
                  len(self.book), self.book.default.ident, self.topic,
                  time.perf_counter() - started)  # fmt: skip
@@ -158,20 +152,16 @@ class PolicyFeed:
             await stop_within(self._consumer)
 
     async def _follow(self) -> None:
-        if not self._consumer or not self._consumer.assignment():
+        consumer = self._consumer
+        if consumer is None or not consumer.assignment():
             await asyncio.Event().wait()  # no topic to follow: idle until stopped
         while True:
-            await self._poll()
+            assert consumer is not None
+            await _poll(consumer, self._apply_record)
 
-    async def _poll(self) -> None:
-        assert self._consumer is not None
-        batches = await self._consumer.getmany(timeout_ms=POLL_MS)
-        for records in batches.values():
-            for record in records:
-                self._apply(record.key, record.value)
-
-    def _apply(self, raw_key: bytes | None, value: bytes | None) -> None:
-        key = raw_key.decode("utf-8", "replace") if raw_key else ""
+    def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        value = record.value
+        key = record.key.decode("utf-8", "replace") if record.key else ""
         if not key:
             self.metrics.policy_updates.labels("rejected").inc()
             log.error("policy record without a key (a channel id, or %r) ignored", DEFAULT_KEY)
@@ -186,6 +176,26 @@ class PolicyFeed:
         self.metrics.policies.set(len(self.book))
         shown = self.book.default if key == DEFAULT_KEY else self.book.for_channel(key)
         log.info("policy for %r %s: %s", key, result, shown.ident)
+
+
+async def read_to_end(consumer: AIOKafkaConsumer, topic: str, on_record: OnRecord) -> bool:
+    """Assign every partition of `topic` to `consumer` and feed `on_record` each record from the
+    beginning up to the end offsets taken now; False when there is no such topic."""
+    tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+    if not tps:
+        return False
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    ends = await consumer.end_offsets(tps)
+    while await _behind(consumer, ends):
+        await _poll(consumer, on_record)
+    return True
+
+
+async def _poll(consumer: AIOKafkaConsumer, on_record: OnRecord) -> None:
+    for records in (await consumer.getmany(timeout_ms=POLL_MS)).values():
+        for record in records:
+            on_record(record)
 
 
 async def _behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int]) -> bool:
@@ -223,24 +233,18 @@ async def read_all(kafka_options: Mapping[str, Any], topic: str) -> dict[str, di
         **kafka_options, group_id=None, enable_auto_commit=False, client_id="moderator-policy-cli"
     )
     await start_client(consumer, kafka_options, "reading the policies")
+    live: dict[str, dict[str, Any]] = {}
+
+    def keep(r: ConsumerRecord[bytes, bytes]) -> None:
+        key = (r.key or b"").decode("utf-8", "replace")
+        if r.value is None:
+            live.pop(key, None)
+        else:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                live[key] = orjson.loads(r.value)
+
     try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        if not tps:
-            return {}
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        live: dict[str, dict[str, Any]] = {}
-        while await _behind(consumer, ends):
-            for records in (await consumer.getmany(timeout_ms=POLL_MS)).values():
-                for r in records:
-                    key = (r.key or b"").decode("utf-8", "replace")
-                    if r.value is None:
-                        live.pop(key, None)
-                    else:
-                        with contextlib.suppress(orjson.JSONDecodeError):
-                            live[key] = orjson.loads(r.value)
+        await read_to_end(consumer, topic, keep)
         return live
     finally:
         await stop_within(consumer)
