@@ -259,10 +259,7 @@ def section_pipeline(pipeline: Mapping[str, Any] | None, label: str) -> list[str
         out.append(table(["load", "rate msgs/s", "decided/s", "p50", "p90", "p99", "p99.9",
                           "processor p50", "decided", "over 50 ms"], rows))  # fmt: skip
         out.append("")
-        bare = res.get("bare") or {}
-        bare_cpu = (1000 * res["threads"] / bare["msgs_per_s"]
-                    if bare.get("msgs_per_s") and res.get("threads") else None)  # fmt: skip
-        out += cpu_table(lat, res.get("cores"), bare_cpu)
+        out += cpu_table(lat, res.get("cores"), bare_cpu_ms(res))
         pinned = res.get("latency_pinned") or {}
         if pinned.get("rows"):
             out += [f"Pinned: the moderator alone on core(s) {pinned['moderator_cores']} (so "
@@ -318,6 +315,19 @@ def section_pipeline(pipeline: Mapping[str, Any] | None, label: str) -> list[str
 CPU_ROLES = ("event loop", "scorer", "model pool & other", "broker", "load generator")
 
 
+def bare_cpu_ms(res: Mapping[str, Any]) -> float | None:
+    """The bare model's CPU-ms per message: its threads times its time per message."""
+    rate, threads = (res.get("bare") or {}).get("msgs_per_s"), res.get("threads")
+    return 1000 * threads / rate if rate and threads else None
+
+
+def machine_busy(row: Mapping[str, Any], cores: int | None) -> float | None:
+    """The share of `cores` a latency run's CPU per message kept busy at its decided rate."""
+    total = (row.get("cpu_ms_per_msg") or {}).get("total")
+    rate = row.get("throughput_per_s")
+    return total * rate / 1000 / cores if total and rate and cores else None
+
+
 def cpu_rows(rows: Sequence[Mapping[str, Any]], cores: int | None) -> list[list[str]]:
     """Per load: CPU-ms per decided message by role, how busy that keeps the machine, and the
     scorer's batches (bench/cpu.py)."""
@@ -327,7 +337,7 @@ def cpu_rows(rows: Sequence[Mapping[str, Any]], cores: int | None) -> list[list[
         if not cpu:
             continue
         total, rate = cpu.get("total"), r.get("throughput_per_s")
-        busy = total * rate / 1000 / cores if total and rate and cores else None
+        busy = machine_busy(r, cores)
         b = r.get("batches") or {}
         out.append([fmt_pct(r.get("fraction")), fmt_rate(rate),
                     *(fmt_ms(cpu.get(role)) for role in CPU_ROLES), fmt_ms(total), fmt_pct(busy),
@@ -615,13 +625,11 @@ def observations(results: Mapping[str, Any]) -> list[str]:
             )
         half: Mapping[str, Any] = next((r for r in lat if r.get("fraction") == 0.5), {})
         cpu = half.get("cpu_ms_per_msg") or {}
-        bare = res.get("bare") or {}
+        bare_cpu, busy = bare_cpu_ms(res), machine_busy(half, res.get("cores"))
         queued = (half.get("p50_ms") or 0) > TARGET_P99_MS
-        if queued and cpu.get("total") and bare.get("msgs_per_s") and res.get("cores"):
+        if queued and cpu and bare_cpu and busy:
             model = cpu["scorer"] + cpu["model pool & other"]
             harness = cpu["broker"] + cpu["load generator"]
-            bare_cpu = 1000 * res["threads"] / bare["msgs_per_s"]
-            busy = cpu["total"] * half["throughput_per_s"] / 1000 / res["cores"]
             notes.append(
                 f"Why half the saturation rate already queues ({SHAPE_NAMES.get(shape, shape)}): "
                 f"the CPU. At 50% load the machine is {fmt_pct(busy)} busy: every decided "
