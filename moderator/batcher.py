@@ -1,8 +1,14 @@
-"""Micro-batching: score whatever is already waiting, in one thread, off the event loop.
+"""Micro-batching: score whatever is already waiting, on a few threads, off the event loop.
 
-Nothing waits for a batch to fill: a lone message is scored at once. While a batch runs, new
-arrivals queue; the next round takes them all, sorts them by length and splits them into batches
-of at most `max_batch`, so each batch pads only to a similar length.
+Nothing waits for a batch to fill: a lone message is scored at once. While batches run, new
+arrivals queue; the next round takes them all, sorts them by length and cuts them into batches
+that pad little (`batch_sizes`), each run on the next free scoring thread.
+
+Why several one-thread batches rather than one batch over several threads: a batch split over
+intra-op threads waits at every operator for its slowest thread, and on a few cores shared with
+the event loop and the broker client one of them is often descheduled; separate batches never
+wait for each other. Why so little padding: on one thread a padded token costs as much as a real
+one, while a batch saves only a fixed ~4 tokens' worth of per-call work per extra member.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import contextlib
 import ctypes
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -44,22 +51,29 @@ class _Job(NamedTuple):
 
 
 class BatchScorer:
-    """Runs `classifier.score_ids` on a dedicated thread; `score()` is the async front door."""
+    """Runs `classifier.score_ids` on `concurrency` threads of its own; `score()` is the async
+    front door."""
 
-    def __init__(self, classifier: Classifier, *, max_batch: int, metrics: Metrics) -> None:
+    def __init__(
+        self, classifier: Classifier, *, max_batch: int, metrics: Metrics, concurrency: int = 1
+    ) -> None:
         self.classifier = classifier
         self.max_batch = max_batch
         self.metrics = metrics
+        self.concurrency = concurrency
         self._pending: list[_Job] = []
         self._wakeup = asyncio.Event()
+        self._free = asyncio.Semaphore(concurrency)
+        self._running: set[asyncio.Task[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
+        self._failed: Exception | None = None
 
     async def start(self) -> None:
         if self._task is not None:
             return
         self._executor = ThreadPoolExecutor(
-            1, thread_name_prefix=SCORER_THREAD_NAME, initializer=_name_thread
+            self.concurrency, thread_name_prefix=SCORER_THREAD_NAME, initializer=_name_thread
         )
         self._task = asyncio.create_task(self._run(), name="batch-scorer")
 
@@ -67,8 +81,13 @@ class BatchScorer:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # A model failure that ended it was reported through `task` to its owner already.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        for running in list(self._running):
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
         for job in self._pending:
             job.future.cancel()
         self._pending.clear()
@@ -91,28 +110,66 @@ class BatchScorer:
         return future
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
+            if self._failed is not None:
+                raise self._failed
             jobs, self._pending = self._pending, []
             jobs = [j for j in jobs if not j.future.cancelled()]
             jobs.sort(key=lambda j: len(j.ids))
-            for start in range(0, len(jobs), self.max_batch):
-                batch = jobs[start : start + self.max_batch]
-                began = time.perf_counter()
-                try:
-                    scores = await loop.run_in_executor(
-                        self._executor, self.classifier.score_ids, [j.ids for j in batch]
-                    )
-                except Exception as exc:
-                    # A model failure is a bug or a broken model: fail the callers loudly.
-                    for job in batch:
-                        if not job.future.done():
-                            job.future.set_exception(exc)
-                    raise
-                took = time.perf_counter() - began
-                self.metrics.batch_size.observe(len(batch))
-                for row, job in zip(scores, batch, strict=True):
-                    if not job.future.done():
-                        job.future.set_result(Scored(row, began - job.submitted, took))
+            start = 0
+            for size in batch_sizes([len(j.ids) for j in jobs], self.max_batch):
+                batch, start = jobs[start : start + size], start + size
+                await self._free.acquire()
+                if self._failed is not None:
+                    raise self._failed
+                task = asyncio.create_task(self._score(batch), name="batch-scorer-batch")
+                self._running.add(task)
+                task.add_done_callback(self._running.discard)
+
+    async def _score(self, batch: list[_Job]) -> None:
+        """One batch on a free scoring thread. A model failure (a bug or a broken model) fails
+        its callers and then the scorer's task, loudly."""
+        began = time.perf_counter()
+        try:
+            scores = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.classifier.score_ids, [j.ids for j in batch]
+            )
+        except Exception as exc:  # noqa: BLE001 - _run raises it
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(exc)
+            self._failed = exc
+            self._wakeup.set()
+            return
+        finally:
+            self._free.release()
+        took = time.perf_counter() - began
+        self.metrics.batch_size.observe(len(batch))
+        for row, job in zip(scores, batch, strict=True):
+            if not job.future.done():
+                job.future.set_result(Scored(row, began - job.submitted, took))
+
+
+# A batch pads every member to its longest. On one thread each padded token costs about what a
+# real one does (~0.2 ms for MiniLM-L6, ~0.7 ms for DistilBERT on AVX2), while each extra member
+# saves a fixed per-call cost worth about 4 tokens for both shapes (BENCHMARKS.md, "batches").
+PAD_TOKENS = 4
+
+
+def batch_sizes(lengths: Sequence[int], max_batch: int) -> list[int]:
+    """Sizes of the batches to cut from sequences of these `lengths` (sorted ascending): at most
+    `max_batch` each; a sequence joins the batch before it only if the padding that adds,
+    members x extra length, is at most PAD_TOKENS."""
+    sizes: list[int] = []
+    size = longest = 0
+    for length in lengths:
+        if size and (size >= max_batch or size * (length - longest) > PAD_TOKENS):
+            sizes.append(size)
+            size = 0
+        size += 1
+        longest = length
+    if size:
+        sizes.append(size)
+    return sizes

@@ -52,7 +52,9 @@ HELP = {
     "policy": "policy file (TOML or JSON); the default policy if unset",
     "policy_topic": "compacted topic of per-channel policies (key: channel id, or * for the "
     "default), read whole at start and followed; empty: only the policy file",
-    "threads": "intra-op threads per model instance (capped at the cores we may use)",
+    "threads": "threads the model scores on (capped at the cores we may use)",
+    "batch_threads": "intra-op threads one batch runs on; threads // batch_threads batches "
+    "run at once",
     "budget_ms": "latency budget per message, from its send time",
     "metrics_port": "port for /metrics, /healthz, /readyz (0 picks one)",
     "metrics_host": "address the metrics endpoint binds to",
@@ -96,6 +98,7 @@ class Settings:
     policy: Path | None = None
     policy_topic: str = "chat.policies"
     threads: int = DEFAULT_THREADS
+    batch_threads: int = 1
     budget_ms: float = 50.0
     metrics_port: int = 9108
     metrics_host: str = "127.0.0.1"
@@ -139,8 +142,8 @@ class Settings:
             raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
         if self.redis_url:
             self._check_redis_url(bad)
-        positive = ("threads", "budget_ms", "max_batch", "max_in_flight", "max_record_bytes",
-                    "cache_ttl_s", "redis_timeout_ms", "commit_interval_s",
+        positive = ("threads", "batch_threads", "budget_ms", "max_batch", "max_in_flight",
+                    "max_record_bytes", "cache_ttl_s", "redis_timeout_ms", "commit_interval_s",
                     "shutdown_timeout_s")  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
@@ -238,8 +241,18 @@ class Settings:
 
     @property
     def effective_threads(self) -> int:
-        """Intra-op threads actually used: the setting, capped at the cores we may use."""
+        """Threads the model actually uses: the setting, capped at the cores we may use."""
         return max(1, min(self.threads, available_cores()))
+
+    @property
+    def scoring_layout(self) -> tuple[int, int]:
+        """(intra-op threads per batch, batches at once) within `effective_threads`.
+
+        One thread per batch by default: a batch split over threads waits, at every operator,
+        for its slowest thread, and on a few cores shared with the event loop and the broker
+        client one of them is often descheduled; separate batches never wait for each other."""
+        per_batch = min(self.batch_threads, self.effective_threads)
+        return per_batch, max(1, self.effective_threads // per_batch)
 
     def check_model_dir(self) -> None:
         """Fail early, naming the setting, when the model directory is missing."""

@@ -118,7 +118,7 @@ class Moderator:
             if self._classifier is None:
                 s.check_model_dir()
                 self._classifier = await asyncio.to_thread(
-                    Classifier, s.model_dir, threads=s.effective_threads
+                    Classifier, s.model_dir, threads=s.scoring_layout[0]
                 )
             classifier = self._classifier
             if shapes := await asyncio.to_thread(classifier.warm_up, s.max_batch):
@@ -136,7 +136,8 @@ class Moderator:
                 timeout_ms=s.redis_timeout_ms,
             )
             await self._cache.start()
-            self._scorer = BatchScorer(classifier, max_batch=s.max_batch, metrics=self.metrics)
+            self._scorer = BatchScorer(classifier, max_batch=s.max_batch, metrics=self.metrics,
+                                       concurrency=s.scoring_layout[1])  # fmt: skip
             await self._scorer.start()
             self._pipeline = Pipeline(
                 classifier,

@@ -4,6 +4,7 @@ import asyncio
 import io
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moderator.batcher import SCORER_THREAD_NAME, BatchScorer
+from moderator.batcher import SCORER_THREAD_NAME, BatchScorer, batch_sizes
 from moderator.cache import KEY_PREFIX, LruCache, cache_key
 from moderator.classifier import HEAD_CHARS_PER_TOKEN, Classifier
 from moderator.cli import score_lines
@@ -128,28 +129,95 @@ def test_lru_forgets_the_least_recently_used() -> None:
     assert len(cache) == 2
 
 
-async def test_the_batcher_scores_a_backlog_in_length_sorted_batches(
+async def test_the_batcher_scores_a_backlog_in_batches_of_like_lengths(
     classifier: Classifier,
 ) -> None:
     metrics = Metrics()
-    scorer = BatchScorer(classifier, max_batch=4, metrics=metrics)
+    scorer = BatchScorer(classifier, max_batch=4, metrics=metrics, concurrency=2)
     await scorer.start()
     try:
-        texts = [("word " * (i % 7 + 1)) + str(i) for i in range(10)]
+        short = [f"gg wp {c}" for c in "abcdef"]
+        long = [f"{'well played everyone ' * 5}{c}" for c in "ghij"]
+        texts = [t for pair in zip(short, [*long, "", ""], strict=True) for t in pair if t]
         encoded = classifier.encode(texts)
+        assert len({len(encoded[texts.index(t)]) for t in short}) == 1
+        assert len({len(encoded[texts.index(t)]) for t in long}) == 1
         results = await asyncio.gather(*(scorer.score(ids) for ids in encoded))
     finally:
         await scorer.stop()
-    # Each message scored once, in its length-sorted batch of the same size as direct scoring.
-    order = sorted(range(10), key=lambda i: len(encoded[i]))
-    expected = np.empty((10, len(classifier.labels)), dtype=np.float32)
-    for start in range(0, 10, 4):
-        chunk = order[start : start + 4]
+    # Each message gets the scores of its batch scored directly (dynamic int8 quantizes each
+    # batch's activations with its own scale, so the batch, not only the text, sets the digits).
+    order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+    expected = np.empty((len(texts), len(classifier.labels)), dtype=np.float32)
+    for chunk in (order[:4], order[4:6], order[6:]):
         expected[chunk] = classifier.score_ids([encoded[i] for i in chunk])
     np.testing.assert_allclose(np.vstack([r.scores for r in results]), expected, atol=1e-5)
-    # 10 waiting jobs, cap 4: batches of 4, 4 and 2 (and no batch of one per message).
-    count = metrics.registry.get_sample_value("moderator_batch_size_count")
-    assert count == 3
+    # 6 short and 4 long: 4 + 2 short (the cap), then the long ones alone: padding the 2 short
+    # ones to the long length would cost more than a call.
+    assert metrics.registry.get_sample_value("moderator_batch_size_count") == 3
+    assert metrics.registry.get_sample_value("moderator_batch_size_sum") == 10
+
+
+@pytest.mark.parametrize(
+    ("lengths", "max_batch", "sizes"),
+    [
+        ([], 8, []),
+        ([7], 8, [1]),
+        ([7] * 10, 4, [4, 4, 2]),  # like lengths: cut only by the cap
+        ([5, 6, 7, 8, 9, 10], 8, [5, 1]),  # 1x1, 2x1, 3x1, 4x1 join; 5x1 > 4 does not
+        ([5, 9, 30, 31, 31, 32], 8, [2, 4]),  # 1x4 ok; 2x21 no; then 1, 2x0, 3x1
+        ([10, 40], 8, [1, 1]),  # 30 padding tokens: two calls are cheaper
+    ],
+)
+def test_batches_are_cut_where_padding_would_cost_more_than_a_call(
+    lengths: list[int], max_batch: int, sizes: list[int]
+) -> None:
+    assert batch_sizes(lengths, max_batch) == sizes
+    assert sum(sizes) == len(lengths)
+
+
+async def test_batches_run_at_once_on_as_many_threads_as_the_scorer_has(
+    classifier: Classifier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two batches of unlike lengths meet inside the model at the same time: neither waits for
+    the other to finish (with one thread the barrier would time out)."""
+    barrier = threading.Barrier(2, timeout=10)
+    score_ids = classifier.score_ids
+
+    def meet(batch: list[np.ndarray]) -> np.ndarray:
+        barrier.wait()
+        return score_ids(batch)
+
+    monkeypatch.setattr(classifier, "score_ids", meet)
+    scorer = BatchScorer(classifier, max_batch=8, metrics=Metrics(), concurrency=2)
+    await scorer.start()
+    try:
+        short, long = classifier.encode(["gg", "well played everyone " * 8])
+        results = await asyncio.gather(scorer.score(short), scorer.score(long))
+        names = _thread_names()
+    finally:
+        await scorer.stop()
+    assert len(results) == 2
+    assert names.count(SCORER_THREAD_NAME) == 2
+
+
+async def test_a_model_failure_fails_the_callers_and_then_the_scorer(
+    classifier: Classifier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(batch: list[np.ndarray]) -> np.ndarray:
+        raise ModelError("output has shape (0,)")
+
+    monkeypatch.setattr(classifier, "score_ids", broken)
+    scorer = BatchScorer(classifier, max_batch=8, metrics=Metrics(), concurrency=2)
+    await scorer.start()
+    try:
+        with pytest.raises(ModelError):
+            await scorer.score(classifier.encode(["gg"])[0])
+        assert scorer.task is not None
+        with pytest.raises(ModelError):
+            await asyncio.wait_for(asyncio.shield(scorer.task), 5)
+    finally:
+        await scorer.stop()
 
 
 def _thread_names() -> list[str]:

@@ -35,10 +35,23 @@ def test_threads_are_capped_at_the_cores_we_may_use() -> None:
 
 
 @pytest.mark.parametrize(
+    ("threads", "batch_threads", "layout"),
+    [(1, 1, (1, 1)), (2, 1, (1, 2)), (2, 2, (2, 1)), (2, 4, (2, 1)), (8, 1, (1, 2))],
+)
+def test_the_threads_run_one_batch_each_unless_batch_threads_says_otherwise(
+    threads: int, batch_threads: int, layout: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(intra-op threads per batch, batches at once), within the cores we may use."""
+    monkeypatch.setattr("moderator.config.available_cores", lambda: 2)
+    assert Settings(threads=threads, batch_threads=batch_threads).scoring_layout == layout
+
+
+@pytest.mark.parametrize(
     ("env", "names"),
     [
         ({"MODERATOR_THREADS": "four"}, "MODERATOR_THREADS"),
         ({"MODERATOR_THREADS": "0"}, "MODERATOR_THREADS"),
+        ({"MODERATOR_BATCH_THREADS": "0"}, "MODERATOR_BATCH_THREADS"),
         ({"MODERATOR_KAFKA_BOOTSTRAP": "nohostport"}, "MODERATOR_KAFKA_BOOTSTRAP"),
         ({"MODERATOR_REDIS_URL": "http://x"}, "MODERATOR_REDIS_URL"),
         ({"MODERATOR_METRICS_PORT": "70000"}, "MODERATOR_METRICS_PORT"),
