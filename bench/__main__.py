@@ -180,7 +180,8 @@ class Bench:
             rate = 0.5 * float(drained.get("msgs_per_s") or SPIN_FALLBACK_RATE[shape] * 2)
             duration_s = self.plan.latency_duration_s
             section[shape] = run_spin(bootstrap, shape, model_dir, threads=self.threads,
-                                      rate=rate, duration_s=duration_s)  # fmt: skip
+                                      rate=rate, duration_s=duration_s,
+                                      backlog=self.plan.backlog[shape] // 2)  # fmt: skip
             self.sample_load(f"spin {shape}")
             self.save()
 

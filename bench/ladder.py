@@ -231,18 +231,25 @@ def backlog_rung(
     max_batch: int,
     budget_s: float,
     cache_l1: int | None = None,
+    concurrency: int = 1,
 ) -> RungResult:
-    """Throughput of a backlog scored in length-sorted batches (optionally through the L1 cache)."""
+    """Throughput of a backlog scored in length-sorted batches (optionally through the L1 cache),
+    `concurrency` batches at once."""
 
     async def main() -> RungResult:
-        scorer = BatchScorer(classifier, max_batch=max_batch, metrics=Metrics())
+        scorer = BatchScorer(classifier, max_batch=max_batch, metrics=Metrics(),
+                             concurrency=concurrency)  # fmt: skip
         await scorer.start()
         try:
             if cache_l1 is None:
                 n, secs, _ = await _timed_passes(
                     lambda: _score_backlog(scorer, classifier, texts), len(texts), budget_s
                 )
-                note = f"backlog of {len(texts)}, max_batch {max_batch}"
+                note = f"backlog of {len(texts)}, max_batch {max_batch}" + (
+                    f", {concurrency} batches at once (the service's layout)"
+                    if concurrency > 1
+                    else ""
+                )
             else:
                 n, secs, shares = await _timed_passes(
                     lambda: _score_cached(scorer, classifier, texts, cache_l1), len(texts), budget_s
@@ -252,7 +259,8 @@ def backlog_rung(
         finally:
             await scorer.stop()
         result = RungResult(
-            shape=shape, key=key, label=label, mode="backlog", threads=classifier.threads,
+            shape=shape, key=key, label=label, mode="backlog",
+            threads=classifier.threads * concurrency,
             messages=n, seconds=round(secs, 3), msgs_per_s=round(n / secs, 2), note=note,
         )  # fmt: skip
         log.info("%s %s: %.1f msg/s (%s)", shape, label, result.msgs_per_s, note)
@@ -330,14 +338,21 @@ def climb(
         add(backlog_rung(best, backlog, shape=shape, key=f"batch-{max_batch}",
                          label=f"+ micro-batching (max_batch {max_batch})",
                          max_batch=max_batch, budget_s=budget))  # fmt: skip
+    # The service's layout: one thread per batch, `threads` batches at once.
+    one, at_once = by_threads[1], threads
+    add(backlog_rung(one, backlog, shape=shape, key="batch-layout",
+                     label=f"+ one-thread batches, {at_once} at once (max_batch "
+                           f"{SERVICE_MAX_BATCH})",
+                     max_batch=SERVICE_MAX_BATCH, budget_s=budget,
+                     concurrency=at_once))  # fmt: skip
     repeats = list(repeat_texts[: plan.backlog])
-    add(backlog_rung(best, repeats, shape=shape, key="repeats-nocache",
+    add(backlog_rung(one, repeats, shape=shape, key="repeats-nocache",
                      label="(40% repeats, every message scored: the next rung's texts)",
-                     max_batch=SERVICE_MAX_BATCH, budget_s=budget))  # fmt: skip
-    add(backlog_rung(best, repeats, shape=shape, key="cache",
+                     max_batch=SERVICE_MAX_BATCH, budget_s=budget,
+                     concurrency=at_once))  # fmt: skip
+    add(backlog_rung(one, repeats, shape=shape, key="cache",
                      label="+ L1 verdict cache, 40% repeats", max_batch=SERVICE_MAX_BATCH,
-                     budget_s=budget,
-                     cache_l1=100_000))  # fmt: skip
+                     budget_s=budget, cache_l1=100_000, concurrency=at_once))  # fmt: skip
     return rungs
 
 

@@ -187,10 +187,11 @@ def run_model(
         if checkpoint is not None:
             checkpoint(out)
 
-    clf = Classifier(model_dir, threads=threads, verify=False)
+    # The bare model as the service runs it: one-thread batches, `threads` at once.
+    clf = Classifier(model_dir, threads=1, verify=False)
     out["bare"] = backlog_rung(
         clf, texts, shape=shape, key="bare", label="bare model", max_batch=SERVICE_MAX_BATCH,
-        budget_s=plan.bare_budget_s,
+        budget_s=plan.bare_budget_s, concurrency=threads,
     ).as_dict()  # fmt: skip
     del clf
     off = ModeratorConfig(model_dir, threads=threads, cache=False)

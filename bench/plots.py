@@ -79,7 +79,7 @@ def plot_latency(
         if hop.get("p50_ms") is not None:
             ax.axhline(2 * hop["p50_ms"], color="grey", linestyle=":", label="2 x broker hop p50")
         ax.axhline(50, color="red", linestyle="--", linewidth=1, label="50 ms budget")
-        for row in ((spin or {}).get(shape) or {}).get("rows", [])[1:]:
+        for row in ((spin or {}).get(shape) or {}).get("rows", [])[1:-1]:
             marker = "s" if "spinning off" in row["label"] else "^"
             ax.scatter([row["rate"]] * 2, [row.get("p50_ms"), row.get("p99_ms")], marker=marker,
                        color="black", zorder=5, label=f"{row['label']}: p50, p99")  # fmt: skip

@@ -390,22 +390,28 @@ def section_spin(spin: Mapping[str, Any] | None, label: str) -> list[str]:
     if not spin:
         return []
     out = [
-        "## 5. Diagnosis: ONNX Runtime's spinning threads", "",
-        f"Machine: **{label}**. One `moderator run` process, cache off, open loop at half the "
-        "pipeline's saturation rate, three ways: the default (intra-op threads busy-wait between "
-        "operators and after each run: ONNX Runtime's own default, forced back on by "
-        "`python -m bench.withspin run`, a diagnostic wrapper), the moderator as shipped "
-        "(`session.intra_op.allow_spinning = 0`, set by `moderator/classifier.py` because of "
-        "this measurement), and one thread.", "",
+        "## 5. Diagnosis: how the scorer uses its threads", "",
+        f"Machine: **{label}**. One `moderator run` process, cache off; each layout's own "
+        "backlog-drain saturation, then open loop at one common rate (half the pipeline's "
+        "saturation above) for all. Layouts: one batch over all threads with ONNX Runtime's "
+        "spin-waiting (its own default, forced back on by `python -m bench.withspin run`, a "
+        "diagnostic wrapper); the same with spinning off (`session.intra_op.allow_spinning = 0`, "
+        "set by `moderator/classifier.py` because of this measurement: the moderator before "
+        "2026-11-25); one thread; and one one-thread batch per thread at once, batches cut "
+        "where padding would cost more than a call (`moderator/batcher.py`, "
+        "`MODERATOR_BATCH_THREADS=1`: the moderator as shipped). The CPU columns are "
+        "CPU-milliseconds per decided message, as in section 3.", "",
     ]  # fmt: skip
     for shape, res in spin.items():
-        rows = [[r["label"], fmt_ms(r.get("p50_ms")), fmt_ms(r.get("p90_ms")),
+        rows = [[r["label"], fmt_rate(r.get("saturation")), fmt_ms(r.get("p50_ms")),
                  fmt_ms(r.get("p99_ms")), fmt_ms(r.get("server_total_p50_ms")),
-                 fmt_ms(r.get("server_total_p99_ms")), fmt_pct(r.get("over_budget_ratio")),
+                 fmt_rate(r.get("throughput_per_s")), *_model_cpu(r),
+                 fmt_pct(r.get("over_budget_ratio")),
                  str(r.get("missing", "-"))] for r in res.get("rows", [])]  # fmt: skip
         out += [f"### {SHAPE_NAMES.get(shape, shape)} at {fmt_rate(res.get('rate'))} msgs/s "
                 f"({label})", "",
-                table(["layout", "p50", "p90", "p99", "processor p50", "processor p99",
+                table(["layout", "saturation msgs/s", "p50", "p99", "processor p50",
+                       "decided/s", "model CPU-ms/msg", "total CPU-ms/msg", "batch",
                        "over 50 ms", "missing"], rows), ""]  # fmt: skip
         if shape == "distilbert-base" and len(res.get("rows", [])) > 1:
             best = min(res["rows"], key=lambda r: r.get("p99_ms") or 1e12)
@@ -416,6 +422,14 @@ def section_spin(spin: Mapping[str, Any] | None, label: str) -> list[str]:
                     verdict(met, f"p50 {fmt_ms(best.get('p50_ms'))} ms, p99 "
                             f"{fmt_ms(best.get('p99_ms'))} ms") + ".", ""]  # fmt: skip
     return out
+
+
+def _model_cpu(row: Mapping[str, Any]) -> list[str]:
+    """Model CPU (scorer threads and any intra-op pool), all roles' CPU, and the mean batch."""
+    cpu = row.get("cpu_ms_per_msg") or {}
+    model = cpu.get("scorer", 0.0) + cpu.get("model pool & other", 0.0) if cpu else None
+    size = (row.get("batches") or {}).get("mean_size")
+    return [fmt_ms(model), fmt_ms(cpu.get("total")), "-" if size is None else f"{size:.2f}"]
 
 
 def section_profile(pipeline: Mapping[str, Any] | None) -> list[str]:

@@ -39,6 +39,7 @@ class ModeratorConfig:
 
     model_dir: Path
     threads: int
+    batch_threads: int = 1  # intra-op threads per batch (threads // batch_threads at once)
     workers: int = 1
     cache: bool = False  # True: L1 (default size) + a fresh Redis; False: no cache at all
     module: str = "moderator"  # run as `python -m MODULE run` (a diagnostic may wrap it)
@@ -48,7 +49,7 @@ class ModeratorConfig:
         no_cache = {} if self.cache else {"l1_cache_size": "0"}
         return moderator_env(
             kafka_bootstrap=bootstrap, **asdict(names), model_dir=self.model_dir,
-            threads=self.threads, redis_url=redis_url,
+            threads=self.threads, batch_threads=self.batch_threads, redis_url=redis_url,
             degraded_mode="off",  # every message waits for the model
             **no_cache,
         )  # fmt: skip

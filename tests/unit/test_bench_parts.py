@@ -104,3 +104,14 @@ def test_cpu_split_measures_this_process_as_the_harness() -> None:
     per = cpu.per_message_ms(seconds, 100)
     assert per["total"] == pytest.approx(per["load generator"], abs=0.01)
     assert per["load generator"] == pytest.approx(seconds["load generator"] * 10, abs=0.01)
+
+
+def test_the_layout_diagnosis_ends_with_the_shipped_layout_and_keeps_the_old_one() -> None:
+    from bench.spin import WITHSPIN_MODULE, variants
+
+    two = variants(2)
+    assert [(v.threads, v.batch_threads) for v in two] == [(2, 2), (2, 2), (1, 1), (2, 1)]
+    assert two[0].module == WITHSPIN_MODULE
+    assert all(v.module == "moderator" for v in two[1:])
+    assert "as shipped" in two[-1].label
+    assert [(v.threads, v.batch_threads) for v in variants(1)] == [(1, 1), (1, 1)]
