@@ -181,3 +181,18 @@ def test_the_cpu_split_says_where_each_message_goes_and_why_half_load_queues() -
     assert "At 50% load the machine is 124% busy" in text
     assert "the model 6.00 (1.80x the bare model's 3.33" in text
     assert "the harness (broker and load generator) 3.50" in text
+
+
+def test_the_harness_bound_adds_the_bare_model_and_the_harness_at_50_and_80_percent() -> None:
+    res = pipeline_result(900.0, 2000.0)
+    res["cores"] = 2
+    res["latency"] = [{**res["latency"][0], "fraction": f, "rate": 450 * f,
+                       "cpu_ms_per_msg": {"broker": 1.0, "load generator": 0.5, "event loop": 1.0,
+                                          "scorer": 4.0, "model pool & other": 0.0,
+                                          "total": 6.5}} for f in (0.25, 0.5, 0.8)]  # fmt: skip
+    text = "\n".join(report.observations(results(pipeline={"minilm-l6": res})))
+    # bare: 2 threads / 600 msg/s = 3.33 CPU-ms; (3.33 + 1.5) x 225 = 1.09; x 360 = 1.74
+    assert "at 50% (225 msgs/s) the bare model (3.33 CPU-ms/msg) and the harness (1.50)" in text
+    assert "alone need 1.09 of the 2 cores" in text
+    assert "alone need 1.74 of the 2 cores" in text
+    assert "at 25%" not in text.split("harness's bound")[1]
