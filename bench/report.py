@@ -207,8 +207,9 @@ def section_pipeline(pipeline: Mapping[str, Any] | None, label: str) -> list[str
     if not pipeline:
         return [*out, "_Not run (partial run)._", ""]
     out += [
-        f"Machine: **{label}**. Bare: the runtime's `BatchScorer` (the service's max_batch) "
-        "scoring the backlog in-process. Pipeline: a fresh `moderator run` (cache off: no L1, "
+        f"Machine: **{label}**. Bare: the runtime's `BatchScorer` (the service's max_batch "
+        "and layout: one-thread batches, one per thread at once) scoring the backlog "
+        "in-process. Pipeline: a fresh `moderator run` (cache off: no L1, "
         "no Redis) draining the same texts through the embedded Kafka broker (4 partitions), "
         "same threads; its rate is the saturation rate. Latency: the load generator, open "
         "loop, constant arrivals, no repeats, from each message's scheduled send time to its "
