@@ -27,8 +27,8 @@ from moderator.config import (
     log_settings,
     settings_from_args,
 )
-from moderator.errors import ConfigError, ModeratorError, PolicyError
-from moderator.policy import EMPTY_TEXT, Policy, Verdict, merge_specs, read_spec
+from moderator.errors import ConfigError, ModeratorError
+from moderator.policy import EMPTY_TEXT, Policy, Verdict, read_spec
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
@@ -229,36 +229,38 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     if not settings.policy_topic:
         raise ConfigError("MODERATOR_POLICY_TOPIC is empty: there is no policies topic")
     topic, kafka = settings.policy_topic, settings.kafka_options()
-    if args.action == "put":
-        spec = read_spec(args.file)
-        live = loop.run(policies.read_all(kafka, topic))
-        below = merge_specs(read_spec(settings.policy), live.get(policies.DEFAULT_KEY, {}))
-        if args.channel == policies.DEFAULT_KEY:
-            below = read_spec(settings.policy)
-        checked = policies.layered(below, spec, str(args.file))
-        loop.run(policies.write(kafka, topic, args.channel, spec))
-        say(f"{topic}: {args.channel} → {checked.ident}")
-    elif args.action == "delete":
+    if args.action == "delete":
         loop.run(policies.write(kafka, topic, args.channel, None))
         say(f"{topic}: {args.channel} removed (the default applies)")
+        return 0
+    state = loop.run(policies.read_state(kafka, topic, Policy.load(settings.policy)))
+    if args.action == "put":
+        spec = read_spec(args.file)
+        below = state.book.base if args.channel == policies.DEFAULT_KEY else state.book.default
+        checked = policies.layered(below.spec, spec, str(args.file))
+        loop.run(policies.write(kafka, topic, args.channel, spec))
+        say(f"{topic}: {args.channel} → {checked.ident}")
     elif args.action == "get":
-        live = loop.run(policies.read_all(kafka, topic))
-        if args.channel not in live:
+        if args.channel not in state.live:
             print(f"moderator: no policy for {args.channel!r} on {topic}", file=sys.stderr)
             return 1
-        print(orjson.dumps(live[args.channel], option=orjson.OPT_INDENT_2).decode())
-    else:  # list: what each record would do, since an invalid one is refused by the moderators
-        live = loop.run(policies.read_all(kafka, topic))
-        base = read_spec(settings.policy)
-        default = merge_specs(base, live.get(policies.DEFAULT_KEY, {}))
-        for channel, spec in sorted(live.items()):
-            below = base if channel == policies.DEFAULT_KEY else default
-            try:
-                shown = policies.layered(below, spec, "policy").ident
-            except PolicyError as exc:
-                shown = f"{spec.get('name')}@{spec.get('version')}\tREJECTED: {exc}"
-            print(f"{channel}\t{shown}")
+        print(orjson.dumps(state.live[args.channel], option=orjson.OPT_INDENT_2).decode())
+    else:  # list: what the moderators make of each key's last record
+        for key in sorted(state.live.keys() | state.refused.keys()):
+            print(f"{key}\t{_listed(state, key)}")
     return 0
+
+
+def _listed(state: policies.TopicState, key: str) -> str:
+    """`name@version` of what decides `key`, or why the moderators refuse its last record."""
+    spec, effect = state.live.get(key, {}), state.in_effect(key)
+    written = f"{spec.get('name', '?')}@{spec.get('version', '?')}"
+    if key in state.refused:
+        kept = f" (in effect: {effect.ident})" if effect is not None else ""
+        return f"{written}\tREJECTED: {state.refused[key]}{kept}"
+    if effect is None:  # valid when written, not over the default the topic holds now
+        return f"{written}\tREJECTED: not valid over the default {state.book.default.ident}"
+    return effect.ident
 
 
 # -- score -------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,10 @@ class PolicyBook:
     def for_channel(self, channel_id: str) -> Policy:
         return self._channels.get(channel_id, self.default)
 
+    def own(self, channel_id: str) -> Policy | None:
+        """The channel's own policy (merged over the default); None when the default decides."""
+        return self._channels.get(channel_id)
+
     def apply(self, key: str, value: bytes | None) -> str:
         """Apply one topic record; return what happened (`applied`, `removed`). Raises
         PolicyError, leaving everything as it was, for a policy that does not validate."""
@@ -105,9 +110,9 @@ def _over(below: Policy, spec: Mapping[str, Any], key: str) -> Policy:
 
 def layered(below: Mapping[str, Any], spec: Mapping[str, Any], source: str) -> Policy:
     """`spec` merged over `below`; it names itself, so every decision says which policy it was."""
-    for field in ("name", "version"):
-        if field not in spec:
-            raise PolicyError(f"{source}: missing {field!r} (every policy names itself)")
+    for required in ("name", "version"):
+        if required not in spec:
+            raise PolicyError(f"{source}: missing {required!r} (every policy names itself)")
     return Policy.from_mapping(merge_specs(below, spec), source=source)
 
 
@@ -227,25 +232,48 @@ async def follow_policies(
 # -- `moderator policy put | get | delete | list` -----------------------------------------------
 
 
-async def read_all(kafka_options: Mapping[str, Any], topic: str) -> dict[str, dict[str, Any]]:
-    """Every live policy on the topic (the last record of each key, tombstones applied)."""
+@dataclass(eq=False)
+class TopicState:
+    """The policies topic as a moderator reading it from the start would have it."""
+
+    book: PolicyBook
+    live: dict[str, dict[str, Any]] = field(default_factory=dict)  # last JSON record per key
+    refused: dict[str, str] = field(default_factory=dict)  # keys whose last record it refuses
+
+    def in_effect(self, key: str) -> Policy | None:
+        """The policy a moderator applies for `key` (`*`: the default); None when the channel
+        has none of its own (the default decides)."""
+        if key == DEFAULT_KEY:
+            return self.book.default
+        return self.book.own(key)
+
+
+async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy) -> TopicState:
+    """Every record of the topic applied in order over `base` (the policy file), as the
+    moderators apply them: a refused record leaves the previous policy in place."""
     consumer = AIOKafkaConsumer(
         **kafka_options, group_id=None, enable_auto_commit=False, client_id="moderator-policy-cli"
     )
     await start_client(consumer, kafka_options, "reading the policies")
-    live: dict[str, dict[str, Any]] = {}
+    state = TopicState(PolicyBook(base))
 
     def keep(r: ConsumerRecord[bytes, bytes]) -> None:
         key = (r.key or b"").decode("utf-8", "replace")
-        if r.value is None:
-            live.pop(key, None)
-        else:
+        if not key:
+            return  # the moderators ignore a record without a key too
+        state.live.pop(key, None)
+        if r.value is not None:
             with contextlib.suppress(orjson.JSONDecodeError):
-                live[key] = orjson.loads(r.value)
+                state.live[key] = orjson.loads(r.value)
+        try:
+            state.book.apply(key, r.value)
+            state.refused.pop(key, None)
+        except PolicyError as exc:
+            state.refused[key] = str(exc)
 
     try:
         await read_to_end(consumer, topic, keep)
-        return live
+        return state
     finally:
         await stop_within(consumer)
 

@@ -181,8 +181,21 @@ def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_
     asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "c-3", bad_spec))
     rows = _cli(settings, "list").stdout.splitlines()
     assert rows[0] == "c-1\tno-potatoes@1"
-    assert rows[1].startswith("c-3\traw@1\tREJECTED: policy: labels.insult.high: 'obliterate'")
+    assert rows[1].startswith(
+        "c-3\traw@1\tREJECTED: policy for 'c-3': labels.insult.high: 'obliterate'"
+    )
     asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "c-3", None))
+    # A default the moderators refuse: they keep the policy file's, and so does the command;
+    # channel policies are judged over what is in effect, not over the refused record.
+    bad_default = {**bad_spec, "name": "star", "version": 2}
+    asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "*", bad_default))
+    rows = _cli(settings, "list").stdout.splitlines()
+    assert rows[0].startswith("*\tstar@2\tREJECTED: policy for '*': labels.insult.high")
+    assert rows[0].endswith("(in effect: default@5)")
+    assert rows[1] == "c-1\tno-potatoes@1"
+    again = _cli(settings, "put", "c-1", str(good))
+    assert again.returncode == 0, again.stderr
+    asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "*", None))
     assert _cli(settings, "delete", "c-1").returncode == 0
     missing = _cli(settings, "get", "c-1")
     assert missing.returncode == 1
