@@ -119,14 +119,18 @@ class BatchScorer:
             jobs = [j for j in jobs if not j.future.cancelled()]
             jobs.sort(key=lambda j: len(j.ids))
             start = 0
-            for size in batch_sizes([len(j.ids) for j in jobs], self.max_batch):
-                batch, start = jobs[start : start + size], start + size
-                await self._free.acquire()
-                if self._failed is not None:
-                    raise self._failed
-                task = asyncio.create_task(self._score(batch), name="batch-scorer-batch")
-                self._running.add(task)
-                task.add_done_callback(self._running.discard)
+            try:
+                for size in batch_sizes([len(j.ids) for j in jobs], self.max_batch):
+                    await self._free.acquire()
+                    if self._failed is not None:
+                        raise self._failed
+                    batch, start = jobs[start : start + size], start + size
+                    task = asyncio.create_task(self._score(batch), name="batch-scorer-batch")
+                    self._running.add(task)
+                    task.add_done_callback(self._running.discard)
+            except BaseException:  # stopped or failed: nobody will score the rest of the round
+                _cancel(jobs[start:])
+                raise
 
     async def _score(self, batch: list[_Job]) -> None:
         """One batch on a free scoring thread. A model failure (a bug or a broken model) fails
@@ -136,6 +140,9 @@ class BatchScorer:
             scores = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self.classifier.score_ids, [j.ids for j in batch]
             )
+        except asyncio.CancelledError:
+            _cancel(batch)
+            raise
         except Exception as exc:  # noqa: BLE001 - _run raises it
             for job in batch:
                 if not job.future.done():
@@ -152,9 +159,15 @@ class BatchScorer:
                 job.future.set_result(Scored(row, began - job.submitted, took))
 
 
+def _cancel(jobs: Sequence[_Job]) -> None:
+    for job in jobs:
+        job.future.cancel()
+
+
 # A batch pads every member to its longest. On one thread each padded token costs about what a
-# real one does (~0.2 ms for MiniLM-L6, ~0.7 ms for DistilBERT on AVX2), while each extra member
-# saves a fixed per-call cost worth about 4 tokens for both shapes (BENCHMARKS.md, "batches").
+# real one does (~0.2 ms for MiniLM-L6, ~0.7 ms for DistilBERT, AVX2), while each extra member
+# saves a fixed per-call cost worth about 4 tokens for both shapes (timed with one-thread calls
+# of 1 to 8 sequences of 8 to 64 tokens; BENCHMARKS.md section 5 shows the effect end to end).
 PAD_TOKENS = 4
 
 

@@ -5,6 +5,7 @@ import io
 import json
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +200,27 @@ async def test_batches_run_at_once_on_as_many_threads_as_the_scorer_has(
         await scorer.stop()
     assert len(results) == 2
     assert names.count(SCORER_THREAD_NAME) == 2
+
+
+async def test_stopping_cancels_what_is_being_scored_so_no_caller_waits_forever(
+    classifier: Classifier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = threading.Event()
+    score_ids = classifier.score_ids
+
+    def slow(batch: list[np.ndarray]) -> np.ndarray:
+        started.set()
+        time.sleep(0.3)
+        return score_ids(batch)
+
+    monkeypatch.setattr(classifier, "score_ids", slow)
+    scorer = BatchScorer(classifier, max_batch=1, metrics=Metrics(), concurrency=1)
+    await scorer.start()
+    first, second = classifier.encode(["gg", "well played everyone"])
+    futures = [scorer.score(first), scorer.score(second)]  # one round, two batches of one
+    await asyncio.to_thread(started.wait, 5)
+    await scorer.stop()
+    assert all(f.cancelled() for f in futures)
 
 
 async def test_a_model_failure_fails_the_callers_and_then_the_scorer(
