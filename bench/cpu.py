@@ -74,6 +74,16 @@ class CpuSplit:
         return split
 
 
+def model_ms(cpu: Mapping[str, float]) -> float:
+    """The model's share of a CPU split: its scorer threads and any intra-op pool."""
+    return cpu.get("scorer", 0.0) + cpu.get("model pool & other", 0.0)
+
+
+def harness_ms(cpu: Mapping[str, float]) -> float:
+    """The harness's share of a CPU split: the broker and the load generator."""
+    return cpu.get("broker", 0.0) + cpu.get("load generator", 0.0)
+
+
 def per_message_ms(split: Mapping[str, float], messages: int) -> dict[str, float]:
     """CPU milliseconds per decided message, by role, and their total."""
     n = max(messages, 1)

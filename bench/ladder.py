@@ -338,8 +338,9 @@ def climb(
         add(backlog_rung(best, backlog, shape=shape, key=f"batch-{max_batch}",
                          label=f"+ micro-batching (max_batch {max_batch})",
                          max_batch=max_batch, budget_s=budget))  # fmt: skip
-    # The service's layout: one thread per batch, `threads` batches at once.
-    one, at_once = by_threads[1], threads
+    # The service's layout (by default one thread per batch, `threads` batches at once).
+    per_batch, at_once = Settings(threads=threads).scoring_layout
+    one = by_threads.get(per_batch) or Classifier(art.fused_int8, threads=per_batch, verify=False)
     add(backlog_rung(one, backlog, shape=shape, key="batch-layout",
                      label=f"+ one-thread batches, {at_once} at once (max_batch "
                            f"{SERVICE_MAX_BATCH})",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cpu import CpuSplit, per_message_ms
-from bench.ladder import backlog_rung
+from bench.ladder import SERVICE_MAX_BATCH, backlog_rung
 from bench.profile import finish_profile, start_profile
 from bench.stack import ModeratorConfig, affinity, create_topics, drain, moderator, warm_up
 from bench.texts import SEED, bench_texts
@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 
 LOAD_FRACTIONS = (0.1, 0.25, 0.5, 0.65, 0.8, 0.9, 1.0)
 PINNED_FRACTIONS = (0.25, 0.5, 0.8, 1.0)
-SERVICE_MAX_BATCH = Settings().max_batch  # the service's default, so bare and pipeline match
 SUMMARY_KEYS = (
     "rate", "duration_s", "sent", "decided", "missing", "throughput_per_s", "p50_ms", "p90_ms",
     "p99_ms", "p999_ms", "max_ms", "over_budget_ratio", "server_total_p50_ms",
@@ -187,11 +186,12 @@ def run_model(
         if checkpoint is not None:
             checkpoint(out)
 
-    # The bare model as the service runs it: one-thread batches, `threads` at once.
-    clf = Classifier(model_dir, threads=1, verify=False)
+    # The bare model as the service runs it: its batches, threads per batch and batches at once.
+    per_batch, at_once = Settings(threads=threads).scoring_layout
+    clf = Classifier(model_dir, threads=per_batch, verify=False)
     out["bare"] = backlog_rung(
         clf, texts, shape=shape, key="bare", label="bare model", max_batch=SERVICE_MAX_BATCH,
-        budget_s=plan.bare_budget_s, concurrency=threads,
+        budget_s=plan.bare_budget_s, concurrency=at_once,
     ).as_dict()  # fmt: skip
     del clf
     off = ModeratorConfig(model_dir, threads=threads, cache=False)

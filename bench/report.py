@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bench.cpu import ROLES, harness_ms, model_ms
+
 TARGET_LADDER_X = 30.0
 TARGET_PIPELINE_SHARE = 0.90
 TARGET_P50_MS = 15.0
@@ -313,9 +315,6 @@ def section_pipeline(pipeline: Mapping[str, Any] | None, label: str) -> list[str
     return out
 
 
-CPU_ROLES = ("event loop", "scorer", "model pool & other", "broker", "load generator")
-
-
 def bare_cpu_ms(res: Mapping[str, Any]) -> float | None:
     """The bare model's CPU-ms per message: its threads times its time per message."""
     rate, threads = (res.get("bare") or {}).get("msgs_per_s"), res.get("threads")
@@ -341,7 +340,7 @@ def cpu_rows(rows: Sequence[Mapping[str, Any]], cores: int | None) -> list[list[
         busy = machine_busy(r, cores)
         b = r.get("batches") or {}
         out.append([fmt_pct(r.get("fraction")), fmt_rate(rate),
-                    *(fmt_ms(cpu.get(role)) for role in CPU_ROLES), fmt_ms(total), fmt_pct(busy),
+                    *(fmt_ms(cpu.get(role)) for role in ROLES), fmt_ms(total), fmt_pct(busy),
                     fmt_ms(b.get("mean_size")), fmt_ms(b.get("queue_ms")),
                     fmt_ms(b.get("model_ms"))])  # fmt: skip
     return out
@@ -428,7 +427,7 @@ def section_spin(spin: Mapping[str, Any] | None, label: str) -> list[str]:
 def _model_cpu(row: Mapping[str, Any]) -> list[str]:
     """Model CPU (scorer threads and any intra-op pool), all roles' CPU, and the mean batch."""
     cpu = row.get("cpu_ms_per_msg") or {}
-    model = cpu.get("scorer", 0.0) + cpu.get("model pool & other", 0.0) if cpu else None
+    model = model_ms(cpu) if cpu else None
     size = (row.get("batches") or {}).get("mean_size")
     return [fmt_ms(model), fmt_ms(cpu.get("total")), "-" if size is None else f"{size:.2f}"]
 
@@ -444,7 +443,7 @@ def _harness_bound(
         cpu = row.get("cpu_ms_per_msg") or {}
         if not cpu or not bare_cpu or not cores or row.get("fraction") not in (0.5, 0.8):
             continue
-        harness = cpu["broker"] + cpu["load generator"]
+        harness = harness_ms(cpu)
         need = row["rate"] * (bare_cpu + harness) / 1000
         parts.append(f"at {row['fraction']:.0%} ({fmt_rate(row['rate'])} msgs/s) the bare "
                      f"model ({fmt_ms(bare_cpu)} CPU-ms/msg) and the harness "
@@ -669,8 +668,7 @@ def observations(results: Mapping[str, Any]) -> list[str]:
         bare_cpu, busy = bare_cpu_ms(res), machine_busy(half, res.get("cores"))
         queued = (half.get("p50_ms") or 0) > TARGET_P99_MS
         if queued and cpu and bare_cpu and busy:
-            model = cpu["scorer"] + cpu["model pool & other"]
-            harness = cpu["broker"] + cpu["load generator"]
+            model, harness = model_ms(cpu), harness_ms(cpu)
             notes.append(
                 f"Why half the saturation rate already queues ({SHAPE_NAMES.get(shape, shape)}): "
                 f"the CPU. At 50% load the machine is {fmt_pct(busy)} busy: every decided "
