@@ -165,8 +165,7 @@ class PolicyFeed:
             await _poll(consumer, self._apply_record)
 
     def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
-        value = record.value
-        key = record.key.decode("utf-8", "replace") if record.key else ""
+        value, key = record.value, record_key(record)
         if not key:
             self.metrics.policy_updates.labels("rejected").inc()
             log.error("policy record without a key (a channel id, or %r) ignored", DEFAULT_KEY)
@@ -181,6 +180,11 @@ class PolicyFeed:
         self.metrics.policies.set(len(self.book))
         shown = self.book.default if key == DEFAULT_KEY else self.book.for_channel(key)
         log.info("policy for %r %s: %s", key, result, shown.ident)
+
+
+def record_key(record: ConsumerRecord[bytes, bytes]) -> str:
+    """A policy record's key: a channel id, or DEFAULT_KEY; "" when it has none."""
+    return (record.key or b"").decode("utf-8", "replace")
 
 
 async def read_to_end(consumer: AIOKafkaConsumer, topic: str, on_record: OnRecord) -> bool:
@@ -258,7 +262,7 @@ async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy)
     state = TopicState(PolicyBook(base))
 
     def keep(r: ConsumerRecord[bytes, bytes]) -> None:
-        key = (r.key or b"").decode("utf-8", "replace")
+        key = record_key(r)
         if not key:
             return  # the moderators ignore a record without a key too
         state.live.pop(key, None)
