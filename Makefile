@@ -17,7 +17,7 @@ MODEL_EXTRAS := model
 BENCH_EXTRAS := dev,model,plot
 MUTATION_EXTRAS := dev,test,mutation
 
-.PHONY: help install redis stunnel promtool model demo test lint typecheck alerts manifests check mutation bench chaos report clean
+.PHONY: help install redis stunnel promtool model demo test lint typecheck alerts manifests check mutation bench chaos report tradeoff clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -114,6 +114,10 @@ report: $(VENV)/.extras-$(MODEL_EXTRAS)  ## regenerate models/REPORT.md from the
 	  echo "no built model in $(MODEL_BUILD) (the report needs its fp32 graph): run make model"; \
 	  exit 2; }
 	$(BIN)/moderator model evaluate --model $(MODEL_BUILD)
+
+tradeoff: $(VENV)/.extras-$(MODEL_EXTRAS)  ## after make model: synthetic held-out vs real text on weight mixes -> models/TRADEOFF.md
+	@[ -f $(MODEL_BUILD).weights.pt ] || { echo "no trained weights at $(MODEL_BUILD).weights.pt: run make model"; exit 2; }
+	$(BIN)/moderator model tradeoff --weights $(MODEL_BUILD).weights.pt
 
 clean:  ## remove the venv, caches and models/build/ (never the shipped default model)
 	rm -rf $(VENV) models/build mutants .mypy_cache .ruff_cache .pytest_cache

@@ -201,6 +201,18 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tradeoff(args: argparse.Namespace) -> int:
+    from models import tradeoff
+
+    if not args.weights.is_file():
+        _say(f"no weights at {args.weights}; run `moderator model build` first")
+        return 2
+    out: Path = args.out or tradeoff.TRADEOFF_FILE
+    tradeoff.run(args.weights, out, progress=_say)
+    _say(f"wrote {out}")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from models import checkpoint
 
@@ -274,6 +286,12 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--model", type=Path, default=DEFAULT_OUT)
     v.add_argument("--report", type=Path, default=REPORT_FILE)
     v.set_defaults(func=_evaluate)
+
+    t = sub.add_parser("tradeoff", help="synthetic vs real text on weight mixes -> TRADEOFF.md")
+    weights = DEFAULT_OUT.with_name(DEFAULT_OUT.name + ".weights.pt")
+    t.add_argument("--weights", type=Path, default=weights, help="the build's trained weights")
+    t.add_argument("--out", type=Path, default=None, help="default: models/TRADEOFF.md")
+    t.set_defaults(func=_tradeoff)
 
     from models import ship
 
