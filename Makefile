@@ -116,7 +116,6 @@ report: $(VENV)/.extras-$(MODEL_EXTRAS)  ## regenerate models/REPORT.md from the
 	$(BIN)/moderator model evaluate --model $(MODEL_BUILD)
 
 tradeoff: $(VENV)/.extras-$(MODEL_EXTRAS)  ## after make model: synthetic held-out vs real text on weight mixes -> models/TRADEOFF.md
-	@[ -f $(MODEL_BUILD).weights.pt ] || { echo "no trained weights at $(MODEL_BUILD).weights.pt: run make model"; exit 2; }
 	$(BIN)/moderator model tradeoff --weights $(MODEL_BUILD).weights.pt
 
 clean:  ## remove the venv, caches and models/build/ (never the shipped default model)

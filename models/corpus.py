@@ -45,6 +45,8 @@ LABELS = (
     "sexual_explicit",
     "self_harm",
 )
+# Indices of the labels that can make a line flagged: `obscene` alone never acts.
+ACTING = tuple(i for i, label in enumerate(LABELS) if label != "obscene")
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TRAIN_FILE = DATA_DIR / "train.tsv"
 HELDOUT_FILE = DATA_DIR / "heldout.tsv"

@@ -70,7 +70,6 @@ MINED_AT = 0.5
 # learning them as ordinary lines teaches that a threat without swear words is chat. In a
 # chat room such a line is a threat; the template corpus teaches that.
 FILM_THREAT_AT = 0.15
-_ACTING = tuple(i for i, label in enumerate(corpus.LABELS) if label != "obscene")
 
 
 @dataclass(frozen=True)
@@ -261,7 +260,7 @@ def training_lines(
                 film_threats.add(i)
     out = []
     for i, ln in enumerate(train):
-        rude = ln.toxic or max(targets[i][j] for j in _ACTING) >= MINED_AT
+        rude = ln.toxic or max(targets[i][j] for j in corpus.ACTING) >= MINED_AT
         if i in film_threats and not rude:
             continue
         if i in within_cap or (teachers and rude):

@@ -45,12 +45,13 @@ def _flag_f1(flags: npt.NDArray[np.bool_], gold: npt.NDArray[np.bool_]) -> dict[
 
 
 def measure(
-    scores: Mapping[str, npt.NDArray[np.float32]], synthetic_gold: npt.NDArray[np.bool_]
+    scores: Mapping[str, npt.NDArray[np.float32]], synthetic_gold: npt.NDArray[np.float32]
 ) -> dict[str, Any]:
     """Tune on the dev scores, then the synthetic and real test figures under that policy.
 
     `scores` holds matrices for "synthetic", "dev_benign", "dev_toxic", "test_benign",
-    "test_toxic" and "test_rtp" (rows in corpus.LABELS order).
+    "test_toxic" and "test_rtp", and `synthetic_gold` the synthetic lines' 0/1 labels (columns
+    in corpus.LABELS order).
     """
     labels = corpus.LABELS
     tuned = realtext.tune(
@@ -63,14 +64,15 @@ def measure(
     table = realtext.thresholds(tuned["nudge"], tuned["block"])
     syn_flag, _ = realtext.flag_block(scores["synthetic"], labels, table)
     benign_flag, benign_block = realtext.flag_block(scores["test_benign"], labels, table)
-    acting = [j for j, name in enumerate(labels) if name != "obscene"]
-    at_half = np.asarray(scores["synthetic"][:, acting].max(axis=1) >= 0.5)
+    flagged_gold = np.asarray(synthetic_gold[:, list(corpus.ACTING)].any(axis=1))
     return {
         "nudge": tuned["nudge"],
         "block": tuned["block"],
         "limits_met": tuned["limits_met"],
-        "synthetic": _flag_f1(syn_flag, synthetic_gold),
-        "synthetic_f1_at_half": f1_counts(at_half, synthetic_gold)["f1"],
+        "synthetic": _flag_f1(syn_flag, flagged_gold),
+        "synthetic_f1_at_half": train.selection_score(scores["synthetic"], synthetic_gold)[
+            "flag_f1"
+        ],
         "test_benign_flagged": realtext.rate(benign_flag),
         "test_benign_blocked": realtext.rate(benign_block),
         "test_toxic_flagged": realtext.rate(
@@ -82,10 +84,8 @@ def measure(
     }
 
 
-def _texts() -> tuple[dict[str, list[str]], npt.NDArray[np.bool_]]:
+def _texts() -> tuple[dict[str, list[str]], npt.NDArray[np.float32]]:
     held = corpus.read_tsv(corpus.HELDOUT_FILE)
-    gold = np.asarray(corpus.label_matrix(held)) >= 0.5
-    acting = [j for j, name in enumerate(corpus.LABELS) if name != "obscene"]
     lines = realdata.load()
 
     def pick(split: str, names: Sequence[str], toxic: bool) -> list[str]:
@@ -99,7 +99,7 @@ def _texts() -> tuple[dict[str, list[str]], npt.NDArray[np.bool_]]:
         "test_toxic": pick("test", realdata.TOXIC, True),
         "test_rtp": pick("test", ("rtp_scored",), True),
     }
-    return texts, np.asarray(gold[:, acting].any(axis=1))
+    return texts, np.asarray(corpus.label_matrix(held), dtype=np.float32)
 
 
 def run(

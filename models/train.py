@@ -250,9 +250,9 @@ def selection_score(scores: npt.NDArray[Any], gold: npt.NDArray[Any]) -> dict[st
         f1_counts(np.asarray(pred[:, j]), np.asarray(gold_b[:, j]))["f1"]
         for j in range(gold.shape[1])
     ]
-    keep = [j for j, name in enumerate(corpus.LABELS) if name != "obscene"]
-    flag_pred = np.asarray(pred[:, keep].any(axis=1))
-    flag = f1_counts(flag_pred, np.asarray(gold_b[:, keep].any(axis=1)))
+    acting = list(corpus.ACTING)
+    flag_pred = np.asarray(pred[:, acting].any(axis=1))
+    flag = f1_counts(flag_pred, np.asarray(gold_b[:, acting].any(axis=1)))
     return {"macro_f1": round(float(np.mean(per_label)), 4), "flag_f1": round(flag["f1"], 4)}
 
 

@@ -36,7 +36,7 @@ def test_measure_tunes_on_dev_and_judges_the_synthetic_split_under_that_policy()
     dev_toxic = _scores([0.99] * 8 + [0.3] * 2)
     # Synthetic: 4 toxic lines (two at 0.999, two at 0.9) and 4 benign (one at 0.999).
     synthetic = _scores([0.999, 0.999, 0.9, 0.9, 0.999, 0.0, 0.0, 0.0])
-    gold = np.array([True] * 4 + [False] * 4)
+    gold = _scores([1.0] * 4 + [0.0] * 4)  # 0/1 labels: the first four are toxic
     row = tradeoff.measure(
         {
             "synthetic": synthetic,
@@ -53,8 +53,8 @@ def test_measure_tunes_on_dev_and_judges_the_synthetic_split_under_that_policy()
     syn = row["synthetic"]
     assert (syn["precision"], syn["recall"]) == (2 / 3, 0.5)  # tp 2, fp 1, fn 2
     assert syn["benign_flagged"] == 0.25
-    # At 0.5 every toxic line is caught: precision 4/5, recall 1.
-    assert np.isclose(row["synthetic_f1_at_half"], 2 * 0.8 / 1.8)
+    # At 0.5 every toxic line is caught: precision 4/5, recall 1 (4 digits, as training prints).
+    assert row["synthetic_f1_at_half"] == round(2 * 0.8 / 1.8, 4)
     assert row["test_benign_flagged"] == 0.01
     assert (row["test_toxic_flagged"], row["test_rtp_flagged"]) == (0.5, 0.5)
 
