@@ -3,9 +3,10 @@ increasing severity), with the label or list entry that triggered it and its sev
 
 A label's score maps to a severity (`low`, `medium`, `high`) by thresholds, and the policy maps
 each label's severities to actions, so "block high threats, nudge medium insults, allow low
-profanity" is one policy. The actions are data: a policy may list its own (`actions = ["nudge",
-"review", "block"]`, least severe first). The older form, a threshold per action
-(`insult = {nudge = 0.75, block = 0.97}`), is still read: its actions take the top severities.
+profanity" is one policy. The actions are data, least severe first: by default `nudge`, `review`
+(a human should look) and `block`, and a policy may list its own (`actions = ["warn", "block"]`).
+The older form, a threshold per action (`threat = {review = 0.6, block = 0.97}`), is still read:
+its actions take the top severities (by default `nudge` low, `review` medium, `block` high).
 
 A policy may be partial (a channel's policy over the default, `merge_specs`): what it leaves out
 comes from the one below it. Deny terms decide without the model; allow phrases are cut out of
@@ -29,7 +30,7 @@ from moderator.terms import SEVERITIES, Term, TermMatcher, default_terms
 log = logging.getLogger(__name__)
 
 ALLOW = "allow"  # what a message gets when no threshold is reached
-DEFAULT_ACTIONS = (ALLOW, "nudge", "block")  # in increasing severity
+DEFAULT_ACTIONS = (ALLOW, "nudge", "review", "block")  # in increasing severity
 EMPTY_TEXT_REASON = "empty_text"
 DENY_REASON = "deny"  # reason "deny:<list>:<category>" for a deny-term match
 # A label's severities start at these scores unless the policy's [severity] table or the label's

@@ -29,6 +29,7 @@ from moderator.cache import KEY_PREFIX
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.errors import KafkaConnectError
+from moderator.policy import ALLOW
 from moderator.redaction import forms
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
@@ -128,7 +129,7 @@ async def test_moderates_over_tls_with_a_password_protected_tls_redis(
     assert set(decisions) == {f"m-{i}" for i in range(40)}
     actions = {d["action"] for d in decisions.values()}
     assert "allow" in actions
-    assert actions & {"nudge", "block"}, "the insult was acted on"
+    assert actions - {ALLOW}, "the insult was acted on"
     assert verdict_keys(tls_settings.redis_url) >= keys_before + 4, "verdicts written over TLS"
 
 

@@ -16,7 +16,7 @@ from devstack.embedded import EmbeddedRedis
 from moderator.cache import cache_key
 from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.policy import Policy
+from moderator.policy import DEFAULT_ACTIONS, Policy
 from moderator.records import (
     DLQ_ERROR_CODE,
     DLQ_ERROR_MESSAGE,
@@ -56,7 +56,7 @@ def assert_decision_schema(d: dict[str, Any], labels: tuple[str, ...]) -> None:
     for name in ("message_id", "channel_id", "user_id", "model", "policy"):
         assert isinstance(d[name], str)
         assert d[name]
-    assert d["action"] in ("allow", "nudge", "block")
+    assert d["action"] in DEFAULT_ACTIONS
     assert d["reason"] is None or isinstance(d["reason"], str)
     assert isinstance(d["scores"], dict)
     assert set(d["scores"]) <= set(labels)

@@ -21,7 +21,7 @@ from moderator.cli import score_lines
 from moderator.errors import ModelError
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
-from moderator.policy import Policy
+from moderator.policy import DEFAULT_ACTIONS, Policy
 
 
 def test_the_default_model_meets_the_contract(classifier: Classifier) -> None:
@@ -272,7 +272,7 @@ def test_score_writes_one_decision_per_line_in_order(classifier: Classifier) -> 
     assert errors == 2
     assert len(rows) == 5
     assert rows[0]["message_id"] == "a"
-    assert rows[0]["action"] in ("allow", "nudge", "block")
+    assert rows[0]["action"] in DEFAULT_ACTIONS
     assert rows[1]["error"]["code"] == "invalid_json"
     assert rows[2]["reason"] == "empty_text"
     assert rows[3]["error"]["code"] == "missing_field"

@@ -60,10 +60,23 @@ def test_a_new_default_is_merged_under_every_channel() -> None:
 
 
 def test_a_channel_invalid_over_a_new_default_falls_back_to_it() -> None:
-    book = PolicyBook(Policy.load())
-    book.apply(DEFAULT_KEY, spec(name="house", actions=["nudge", "review", "block"]))
-    book.apply("c-1", spec(labels={"insult": {"high": "review"}}))
-    assert book.for_channel("c-1").decide({"insult": 0.99})[0] == "review"
-    # A default whose actions lack `review` leaves c-1's policy invalid: c-1 gets the default.
+    # A base in the severity form: the older form caps a policy at three actions.
+    base = {"name": "base", "version": 1, "labels": {"insult": {"high": "block"}}}
+    book = PolicyBook(Policy.from_mapping(base))
+    book.apply(DEFAULT_KEY, spec(name="house", actions=["nudge", "warn", "block"]))
+    book.apply("c-1", spec(labels={"insult": {"high": "warn"}}))
+    assert book.for_channel("c-1").decide({"insult": 0.99})[0] == "warn"
+    # A default whose actions lack `warn` leaves c-1's policy invalid: c-1 gets the default.
     book.apply(DEFAULT_KEY, spec(name="house", version=2))
     assert book.for_channel("c-1") is book.default
+
+
+def test_a_channel_sets_a_review_threshold_and_keeps_the_defaults_other_labels() -> None:
+    book = PolicyBook(Policy.load())
+    book.apply("c-1", spec(labels={"insult": {"review": 0.6, "block": 0.995}}))
+    channel = book.for_channel("c-1")
+    assert channel.decide({"insult": 0.65})[:2] == ("review", "insult")
+    assert book.default.decide({"insult": 0.65})[0] == "allow"
+    threat = {r.label: r.by_action for r in book.default.rules}["threat"]
+    assert channel.decide({"threat": threat["block"]})[:2] == ("block", "threat")
+    assert channel.decide({"threat": threat["review"]})[:2] == ("review", "threat")

@@ -81,18 +81,54 @@ def test_a_tie_goes_to_the_label_listed_first() -> None:
     )
 
 
-def test_a_new_action_is_a_policy_change() -> None:
-    # `review` between nudge and block, from the file alone: severity is the order listed.
+def test_review_sits_between_nudge_and_block_without_being_listed() -> None:
     policy = Policy.from_mapping(
         {
             "name": "p",
             "version": 1,
-            "actions": ["nudge", "review", "block"],
             "labels": {"insult": {"nudge": 0.5, "review": 0.8, "block": 0.95}, "a": {"nudge": 0.1}},
         }
     )
     assert policy.actions == ("allow", "nudge", "review", "block")
-    assert policy.decide({"insult": 0.85, "a": 1.0})[:2] == ("review", "insult")
+    assert policy.decide({"insult": 0.85, "a": 1.0}) == ("review", "insult", "medium")
+    assert policy.decide({"insult": 0.97, "a": 1.0})[:2] == ("block", "insult")
+    assert policy.decide({"insult": 0.6}) == ("nudge", "insult", "low")
+    assert policy.rules[0].by_action == {"nudge": 0.5, "review": 0.8, "block": 0.95}
+
+
+def test_a_review_grey_zone_below_block_in_either_form() -> None:
+    older = {"threat": {"review": 0.6, "block": 0.97}, "toxicity": {"nudge": 0.75}}
+    newer = {"threat": {"medium": "review", "high": "block",
+                        "thresholds": {"medium": 0.6, "high": 0.97}},
+             "toxicity": {"medium": "nudge", "thresholds": {"medium": 0.75}}}  # fmt: skip
+    for labels in (older, newer):
+        policy = Policy.from_mapping({"name": "p", "version": 1, "labels": labels})
+        assert policy.decide({"threat": 0.59, "toxicity": 0.5})[:2] == ("allow", None)
+        # review outranks a nudge on another label, whatever the margins
+        assert policy.decide({"threat": 0.6, "toxicity": 1.0})[:2] == ("review", "threat")
+        assert policy.decide({"threat": 0.97, "toxicity": 1.0})[:2] == ("block", "threat")
+        assert policy.rules[0].by_action == {"review": 0.6, "block": 0.97}
+
+
+def test_a_deny_term_can_send_to_review() -> None:
+    policy = Policy.from_mapping(
+        {"name": "p", "version": 1, "deny": [{"term": "doxx", "action": "review"}]}
+    )
+    assert policy.deny_verdict("gonna doxx him") == ("review", "deny:policy:custom", "high")
+
+
+def test_a_new_action_is_a_policy_change() -> None:
+    # `warn` between nudge and block, from the file alone: severity is the order listed.
+    policy = Policy.from_mapping(
+        {
+            "name": "p",
+            "version": 1,
+            "actions": ["nudge", "warn", "block"],
+            "labels": {"insult": {"nudge": 0.5, "warn": 0.8, "block": 0.95}, "a": {"nudge": 0.1}},
+        }
+    )
+    assert policy.actions == ("allow", "nudge", "warn", "block")
+    assert policy.decide({"insult": 0.85, "a": 1.0})[:2] == ("warn", "insult")
     assert policy.decide({"insult": 0.97})[:2] == ("block", "insult")
     assert policy.decide({"insult": 0.6})[:2] == ("nudge", "insult")
 
@@ -183,7 +219,7 @@ def test_the_reason_is_the_label_past_its_threshold_by_most_not_the_highest_scor
         ({"name": 5, "version": 1, "labels": {"a": {"nudge": 0.5}}}, "'name'"),
         ({"name": "x", "version": 1, "labels": ["a"]}, "'labels'"),
         ({"name": "x", "version": 1, "actions": [], "labels": {}}, "least severe first"),
-        ({"name": "x", "version": 1, "labels": {"a": {"warn": 0.5}}}, "'nudge', 'block'"),
+        ({"name": "x", "version": 1, "labels": {"a": {"warn": 0.5}}}, "'nudge', 'review', 'block'"),
         ({"name": "x", "version": 1, "labels": {"a": {"block": 2}}}, "labels.a.block"),
         ({"name": "x", "version": 1, "labels": {"a": {}}}, "labels.a sets no threshold"),
     ],
@@ -263,9 +299,13 @@ def test_the_older_threshold_per_action_form_takes_the_top_severities() -> None:
     policy = Policy.from_mapping(
         {"name": "x", "version": 1, "labels": {"a": {"nudge": 0.6, "block": 0.8}}}
     )
-    assert policy.decide({"a": 0.7}) == ("nudge", "a", "medium")
+    assert policy.decide({"a": 0.7}) == ("nudge", "a", "low")
     assert policy.decide({"a": 0.8}) == ("block", "a", "high")
     assert policy.rules[0].by_action == {"nudge": 0.6, "block": 0.8}
+    two = Policy.from_mapping(
+        {"name": "x", "version": 1, "actions": ["nudge", "block"], "labels": {"a": {"nudge": 0.6}}}
+    )
+    assert two.decide({"a": 0.7}) == ("nudge", "a", "medium")  # two actions: the top two
 
 
 @pytest.mark.parametrize(
@@ -319,6 +359,27 @@ def test_a_partial_policy_takes_what_it_leaves_out_from_the_one_below() -> None:
     assert policy.decide({"threat": 0.999})[0] == "block"
     lists = merge_specs(merged, {"name": "m", "version": 3, "deny": [{"term": "yam"}]})
     assert [d["term"] for d in lists["deny"]] == ["potato", "yam"]  # lists add up
+
+
+def test_a_partial_policy_sets_a_review_threshold_over_the_default() -> None:
+    base = Policy.load()
+    over = {"name": "kids", "version": 1, "labels": {"insult": {"review": 0.4, "block": 0.9}}}
+    policy = Policy.from_mapping(merge_specs(base.spec, over))
+    assert policy.decide({"insult": 0.45}) == ("review", "insult", "medium")
+    assert policy.decide({"insult": 0.95})[:2] == ("block", "insult")
+    # the default's other labels, grey zones included, are kept
+    kept = {r.label: r.by_action for r in policy.rules if r.label != "insult"}
+    assert kept == {r.label: r.by_action for r in base.rules if r.label != "insult"}
+
+
+def test_every_label_that_can_hurt_has_an_action_below_block_in_the_default_policy() -> None:
+    from models.realtext import HURTING_LABELS
+
+    rules = {r.label: r.by_action for r in Policy.load().rules}
+    for label in HURTING_LABELS:
+        grey = {a: t for a, t in rules[label].items() if a != "block"}
+        assert grey, f"{label} has no action below block"
+        assert all(t < rules[label]["block"] for t in grey.values()), label
 
 
 def test_the_packaged_term_list_is_used_by_severity() -> None:

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from moderator.errors import InvalidRecord
+from moderator.policy import DEFAULT_ACTIONS
 from moderator.records import ChatMessage, Timing, dlq_headers, encode_decision, parse_message
 from tests.contract import SCHEMAS, check_dead_letter_headers, check_decision, validator
 
@@ -35,6 +36,12 @@ def test_the_encoded_decision_matches_its_schema() -> None:
     check_decision(decision(action="allow", reason=None, cached=True))
     check_decision(decision(scores={}, degraded=True, reason="overload", action="allow"))
     check_decision(decision(scores={}, reason="empty_text", action="allow"))
+
+
+def test_every_default_action_is_in_the_decision_schema() -> None:
+    enum = validator("decision").schema["properties"]["action"]["enum"]
+    assert list(DEFAULT_ACTIONS) == enum  # in the same order: least severe first
+    check_decision(decision(action="review", reason="threat", severity="medium"))
 
 
 @pytest.mark.parametrize(
