@@ -102,7 +102,8 @@ def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:
 
     _say("[4/5] choosing the default policy's thresholds on the real dev split")
     tuned = tuning.tune_default_policy(out)
-    _say(f"  {tuned}")
+    for line in tuning.summary(tuned):
+        _say(f"  {line}")
     _say("[5/5] evaluating (synthetic held-out, real test splits, identity probe, teachers)")
     metrics = evaluate.run(out, report=report)
     _print_summary(metrics)

@@ -94,12 +94,15 @@ def gold_actions(decide: Decide, gold_rows: Sequence[tuple[str, ...]]) -> list[s
 def _action_metrics(pred: Sequence[str], gold: Sequence[str]) -> dict[str, Any]:
     p = np.asarray(pred)
     g = np.asarray(gold)
-    per = {a: f1_counts(p == a, g == a) for a in ACTIONS}
+    # Gold actions are the policy on 0/1 labels, so a grey-zone action (`review`) is never gold:
+    # the macro-F1 averages the actions the gold has, and the table shows those predicted too.
+    shown = [a for a in ACTIONS if (g == a).any() or (p == a).any()]
+    per = {a: f1_counts(p == a, g == a) for a in shown}
     flagged = f1_counts(p != "allow", g != "allow")
     benign = g == "allow"
     return {
         "per_action": per,
-        "macro_f1": float(np.mean([per[a]["f1"] for a in ACTIONS])),
+        "macro_f1": float(np.mean([per[a]["f1"] for a in shown if (g == a).any()] or [0.0])),
         "flagged": flagged,
         "accuracy": float(np.mean(p == g)),
         "benign_flag_rate": float(np.mean(p[benign] != "allow")) if benign.any() else 0.0,

@@ -34,6 +34,7 @@ class Verdicts:
     toxic_score: npt.NDArray[np.float32]  # for AUC: how toxic it thinks each line is
     insult_score: npt.NDArray[np.float32]  # for the insult comments' AUC
     reason: list[str | None] | None = None
+    reviewed: npt.NDArray[np.bool_] | None = None  # None: the scorer has no `review`
 
 
 Scorer = Callable[[Sequence[str]], Verdicts]
@@ -56,6 +57,7 @@ def model_scorer(
             toxic_score=m[:, acting].max(axis=1) if len(m) else np.zeros(0, np.float32),
             insult_score=m[:, insult],
             reason=[v[1] for v in decided],
+            reviewed=acts == realtext.REVIEW,
         )
 
     return run
@@ -84,6 +86,8 @@ def teacher_scorer(teacher: Any) -> Scorer:
 
 def _rates(v: Verdicts, mask: npt.NDArray[np.bool_]) -> dict[str, float]:
     out = {"lines": int(mask.sum()), "flagged": realtext.rate(v.flagged[mask])}
+    if v.reviewed is not None:
+        out["reviewed"] = realtext.rate(v.reviewed[mask])
     if v.blocked is not None:
         out["blocked"] = realtext.rate(v.blocked[mask])
     return out
@@ -156,6 +160,7 @@ def worst(lines: Sequence[Line], v: Verdicts) -> dict[str, list[dict[str, Any]]]
             "score": round(float(v.toxic_score[i]), 3),
             "reason": reason,
             "blocked": bool(v.blocked[i]) if v.blocked is not None else None,
+            "reviewed": bool(v.reviewed[i]) if v.reviewed is not None else None,
         }
 
     return {

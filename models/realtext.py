@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models import onnx_export
-from moderator.policy import Verdict
+from moderator.policy import DEFAULT_ACTIONS, Verdict
 
 Decide = Callable[[Mapping[str, float]], Verdict]  # Policy.decide
 Matrix = npt.NDArray[np.float32]
@@ -74,10 +74,17 @@ def rate(flags: Sequence[bool] | npt.NDArray[Any]) -> float:
 NUDGE_LABELS = ("toxicity", "insult", "sexual_explicit")
 BLOCK_LABELS = ("threat", "identity_attack", "self_harm", "severe_toxicity", "sexual_explicit")
 INSULT_BLOCK_FLOOR = 0.9  # an insult alone is blocked only when the model is sure
+# The labels for the messages that hurt most (threats, hate against groups, self-harm urging,
+# the gravest abuse): besides a block for the sure cases, each gets a grey zone of its own below
+# it, sent to `review` (a human looks) or `nudge`, so a score of 0.9 is not simply allowed.
+HURTING_LABELS = ("threat", "identity_attack", "self_harm", "severe_toxicity")
+REVIEW = "review"
+GREY_ACTIONS = (REVIEW, "nudge")  # preferred first: a human should see these
+ACTIONS = DEFAULT_ACTIONS[1:]  # nudge, review, block: least severe first
 
 
 def thresholds(nudge: float, block: float) -> dict[str, dict[str, float]]:
-    """The default policy's thresholds from its two tuned numbers."""
+    """The default policy's thresholds from its two tuned numbers (grey zones come on top)."""
     table: dict[str, dict[str, float]] = {label: {"block": block} for label in BLOCK_LABELS}
     for label in NUDGE_LABELS:
         table.setdefault(label, {})["nudge"] = nudge
@@ -88,19 +95,32 @@ def thresholds(nudge: float, block: float) -> dict[str, dict[str, float]]:
 # Candidate thresholds, plain floats (the policy accepts int and float, not numpy scalars).
 GRID = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.998)
 
+Table = Mapping[str, Mapping[str, float]]
+
+
+def action_ranks(matrix: Matrix, labels: Sequence[str], table: Table) -> npt.NDArray[np.int8]:
+    """Per row, the rank of its action (0 allow, then `ACTIONS` in order) under a threshold
+    table, vectorised: the same rule as `Policy.decide`, the most severe action any label
+    reaches."""
+    inf = np.float32(np.inf)
+    ranks = np.zeros(len(matrix), np.int8)
+    for rank, action in enumerate(ACTIONS, start=1):  # a more severe action overwrites
+        at = np.asarray([table.get(lb, {}).get(action, inf) for lb in labels], np.float32)
+        ranks[np.asarray((matrix >= at).any(axis=1))] = rank
+    return ranks
+
 
 def flag_block(
-    matrix: Matrix, labels: Sequence[str], table: Mapping[str, Mapping[str, float]]
+    matrix: Matrix, labels: Sequence[str], table: Table
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """(flagged, blocked) per row under a threshold table, vectorised.
+    """(flagged, blocked) per row under a threshold table; flagged is any action but allow."""
+    ranks = action_ranks(matrix, labels, table)
+    return np.asarray(ranks > 0), np.asarray(ranks == ACTIONS.index("block") + 1)
 
-    The same rule as `Policy.decide`: the action is the most severe one any label reaches.
-    """
-    inf = np.float32(np.inf)
-    nudge = np.asarray([table.get(lb, {}).get("nudge", inf) for lb in labels], np.float32)
-    block = np.asarray([table.get(lb, {}).get("block", inf) for lb in labels], np.float32)
-    blocked = np.asarray((matrix >= block).any(axis=1))
-    return np.asarray(blocked | (matrix >= nudge).any(axis=1)), blocked
+
+def reviewed(matrix: Matrix, labels: Sequence[str], table: Table) -> npt.NDArray[np.bool_]:
+    """Rows whose action is `review` under a threshold table."""
+    return np.asarray(action_ranks(matrix, labels, table) == ACTIONS.index(REVIEW) + 1)
 
 
 def tune(
@@ -110,45 +130,180 @@ def tune(
     *,
     max_flag: float,
     max_block: float,
+    max_review: float,
+    families: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The (nudge, block) pair that catches the most dev toxic lines within the benign limits.
+    """The (nudge, block) pair and the grey zones of `HURTING_LABELS` that catch the most dev
+    toxic lines within the benign limits.
 
-    Chosen on the real benign dev split only for the limits (flag rate, block rate) and on the
-    real toxic dev split for recall; the test splits are never seen here. Among pairs that
-    flag as much, the one that blocks the most toxic lines wins (a block threshold above the
-    nudge one changes only the severity, never whether a line is flagged); remaining ties go to
-    the higher thresholds.
+    Chosen on the real benign dev split only for the limits (flagged, blocked, reviewed) and on
+    the real toxic dev split for what is caught; the test splits are never seen here. For each
+    pair, `_grey_zones` lowers the hurting labels' grey thresholds while the flag limit holds;
+    among pairs that flag as much, the one that blocks the most toxic lines wins (a block
+    threshold above the nudge one changes only the severity, never whether a line is flagged);
+    remaining ties go to the higher thresholds. Then each grey zone gets `review` while the
+    review limit holds, else `nudge` (`_grey_actions`). `families` (the toxic lines' families,
+    `realdata.Line.family`) adds, per hurting label, how many lines of its own family are caught.
     """
     best: tuple[float, float, float, float] | None = None  # recall, blocked, nudge, block
+    grey_of: dict[tuple[float, float], dict[str, float]] = {}
     tried = 0
     for nudge in GRID:
         for block in GRID:
             if block < nudge:
                 continue
             tried += 1
-            flagged, blocked = flag_block(benign, labels, thresholds(nudge, block))
+            base = thresholds(nudge, block)
+            flagged, blocked = flag_block(benign, labels, base)
             if rate(flagged) > max_flag or rate(blocked) > max_block:
-                continue
-            t_flagged, t_blocked = flag_block(toxic, labels, thresholds(nudge, block))
+                continue  # grey zones only add flags, never blocks
+            grey = _grey_zones(benign, toxic, labels, base, max_flag)
+            table = _with_grey(base, {lb: (REVIEW, t) for lb, t in grey.items()})
+            t_flagged, t_blocked = flag_block(toxic, labels, table)
             key = (rate(t_flagged), rate(t_blocked), nudge, block)
             if best is None or key > best:
-                best = key
+                best, grey_of[nudge, block] = key, grey
     if best is None:  # nothing meets the limits: the strictest pair, and say so
-        nudge, block, met = GRID[-1], GRID[-1], False
+        nudge, block, met, grey = GRID[-1], GRID[-1], False, {}
     else:
         nudge, block, met = best[2], best[3], True
-    table = thresholds(nudge, block)
+        grey = grey_of[nudge, block]
+    base = thresholds(nudge, block)
+    zones = _grey_actions(benign, labels, base, grey, max_review)
+    table = _with_grey(base, zones)
     flagged, blocked = flag_block(benign, labels, table)
     t_flagged, t_blocked = flag_block(toxic, labels, table)
     return {
         "nudge": nudge,
         "block": block,
+        "grey": _grey_report(benign, toxic, labels, table, zones, families),
+        "no_grey": [lb for lb in HURTING_LABELS if lb in labels and lb not in zones],
+        "table": {lb: dict(v) for lb, v in table.items()},
         "limits_met": met,
         "pairs_tried": tried,
         "dev_benign_flag_rate": rate(flagged),
+        "dev_benign_review_rate": rate(reviewed(benign, labels, table)),
         "dev_benign_block_rate": rate(blocked),
         "dev_toxic_recall": rate(t_flagged),
+        "dev_toxic_reviewed": rate(reviewed(toxic, labels, table)),
         "dev_toxic_blocked": rate(t_blocked),
         "max_flag": max_flag,
+        "max_review": max_review,
         "max_block": max_block,
     }
+
+
+def _with_grey(base: Table, zones: Mapping[str, tuple[str, float]]) -> dict[str, dict[str, float]]:
+    """`base` with each label's grey zone (action, threshold) added."""
+    table = {lb: dict(v) for lb, v in base.items()}
+    for label, (action, threshold) in zones.items():
+        table.setdefault(label, {})[action] = threshold
+    return table
+
+
+def _grey_zones(
+    benign: Matrix, toxic: Matrix, labels: Sequence[str], base: Table, max_flag: float
+) -> dict[str, float]:
+    """Grey thresholds for the hurting labels, below their block ones, over `base`.
+
+    Greedy: each step lowers the one label's threshold that catches the most toxic lines per
+    benign line it adds (one that adds none first, then the larger gain, then the higher
+    threshold), while the benign flag limit holds. A label that gained nothing then gets the
+    lowest threshold that flags no further benign line, so every hurting label has a lower
+    action unless even its highest grid point costs ordinary chat.
+    """
+    ben, tox = flag_block(benign, labels, base)[0], flag_block(toxic, labels, base)[0]
+    limit = max_flag * len(benign)
+    hurting = [lb for lb in HURTING_LABELS if lb in labels]
+    column = {lb: list(labels).index(lb) for lb in hurting}
+
+    def steps(label: str, below: float) -> list[float]:
+        return [t for t in GRID if t < base.get(label, {}).get("block", np.inf) and t < below]
+
+    grey: dict[str, float] = {}
+    while True:
+        move: tuple[float, int, float, str] | None = None  # ratio, gain, threshold, label
+        for label in hurting:
+            for t in steps(label, grey.get(label, np.inf)):
+                nb, nt = ben | (benign[:, column[label]] >= t), tox | (toxic[:, column[label]] >= t)
+                cost, gain = int(nb.sum() - ben.sum()), int(nt.sum() - tox.sum())
+                if gain <= 0 or nb.sum() > limit:
+                    continue
+                candidate = (gain / cost if cost else np.inf, gain, t, label)
+                if move is None or candidate[:3] > move[:3]:
+                    move = candidate
+        if move is None:
+            break
+        label, t = move[3], move[2]
+        grey[label] = t
+        ben |= benign[:, column[label]] >= t
+        tox |= toxic[:, column[label]] >= t
+    for label in hurting:
+        if label not in grey:
+            free = [t for t in steps(label, np.inf)
+                    if not (~ben & (benign[:, column[label]] >= t)).any()]  # fmt: skip
+            if free:
+                grey[label] = free[0]
+                ben |= benign[:, column[label]] >= free[0]
+    return grey
+
+
+def _grey_actions(
+    benign: Matrix,
+    labels: Sequence[str],
+    base: Table,
+    grey: Mapping[str, float],
+    max_review: float,
+) -> dict[str, tuple[str, float]]:
+    """`review` for the grey zones the benign review limit affords, the ones that send the
+    fewest benign lines to review first; `nudge` for the rest."""
+
+    def review_rate(chosen: Mapping[str, float]) -> float:
+        table = _with_grey(base, {lb: (REVIEW, t) for lb, t in chosen.items()})
+        return rate(reviewed(benign, labels, table))
+
+    order = sorted(grey, key=lambda lb: (review_rate({lb: grey[lb]}), HURTING_LABELS.index(lb)))
+    zones: dict[str, tuple[str, float]] = {}
+    for label in order:
+        as_review = {lb: t for lb, (a, t) in zones.items() if a == REVIEW} | {label: grey[label]}
+        action = REVIEW if review_rate(as_review) <= max_review else "nudge"
+        zones[label] = (action, grey[label])
+    return {lb: zones[lb] for lb in HURTING_LABELS if lb in zones}
+
+
+def _grey_report(
+    benign: Matrix,
+    toxic: Matrix,
+    labels: Sequence[str],
+    table: Table,
+    zones: Mapping[str, tuple[str, float]],
+    families: Sequence[str] | None,
+) -> dict[str, dict[str, Any]]:
+    """Per grey zone: its action and threshold, the dev lines flagged only because of it
+    (benign and toxic), and the toxic lines of the label's own family caught with and without
+    it."""
+    out: dict[str, dict[str, Any]] = {}
+    ben, tox = flag_block(benign, labels, table)[0], flag_block(toxic, labels, table)[0]
+    for label, (action, threshold) in zones.items():
+        without = {lb: {a: t for a, t in v.items() if lb != label or a != action}
+                   for lb, v in table.items()}  # fmt: skip
+        ben_wo, tox_wo = (
+            flag_block(benign, labels, without)[0],
+            flag_block(toxic, labels, without)[0],
+        )
+        row: dict[str, Any] = {
+            "action": action,
+            "threshold": threshold,
+            "block": table[label].get("block"),
+            "dev_benign_added": int((ben & ~ben_wo).sum()),
+            "dev_toxic_added": int((tox & ~tox_wo).sum()),
+        }
+        if families is not None:
+            mine = np.asarray([f == label for f in families], dtype=bool)
+            row.update(
+                dev_family_lines=int(mine.sum()),
+                dev_family_caught=int((tox & mine).sum()),
+                dev_family_caught_without=int((tox_wo & mine).sum()),
+            )
+        out[label] = row
+    return out

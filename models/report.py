@@ -124,13 +124,13 @@ def render(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
         "### Per action",
         "",
         *_prf_table(
-            {**i8["actions"]["per_action"], "flagged (nudge or block)": i8["actions"]["flagged"]},
+            {**i8["actions"]["per_action"], "flagged (any but allow)": i8["actions"]["flagged"]},
             "action",
         ),
         "",
         f"- action macro-F1: {i8['actions']['macro_f1']:.3f}; exact action accuracy:"
         f" {_pct(i8['actions']['accuracy'])}",
-        f"- benign flag rate (benign held-out lines that get nudge or block):"
+        f"- benign flag rate (benign held-out lines that get any action but allow):"
         f" **{_pct(i8['actions']['benign_flag_rate'])}**"
         f" (blocked: {_pct(i8['actions']['benign_block_rate'])})",
         "",
@@ -243,6 +243,9 @@ def _real_rows(real: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
             (f"{bold}benign {src} flagged{bold} ({m['lines']})", get(("benign", src, "flagged")))
         )
         if src == "chat-like":
+            if "reviewed" in m:
+                reviewed = get(("benign", src, "reviewed"))
+                rows.append((f"**benign chat-like sent to review** ({m['lines']})", reviewed))
             rows.append(
                 (f"**benign chat-like blocked** ({m['lines']})", get(("benign", src, "blocked")))
             )
@@ -269,6 +272,7 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
     teachers = [n for n in sc if n not in ("int8", "fp32")]
     flag = ours["benign"]["chat-like"]["flagged"]
     block = ours["benign"]["chat-like"]["blocked"]
+    review = ours["benign"]["chat-like"].get("reviewed")  # None: measured before `review`
     # "Real toxic text" is the toxic web snippets (Perspective toxicity >= 0.5), as in the
     # measurement that opened this work; the insult comments are judged by F1 and AUC below.
     recall = ours["toxic"]["rtp_scored"]["flagged"]
@@ -280,6 +284,11 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
     f32 = sc.get("fp32")
     rows = [
         ("benign chat-like flagged <= 1%", _pct(flag), flag <= 0.01),
+        *(
+            [("benign chat-like sent to review <= 0.5%", _pct(review), review <= 0.005)]
+            if review is not None
+            else []
+        ),
         ("benign chat-like blocked <= 0.2%", _pct(block), block <= 0.002),
         ("real toxic web snippets (rtp_scored) flagged >= 80%", _pct(recall), recall >= 0.8),
         (
@@ -322,6 +331,60 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _marked(row: Mapping[str, Any]) -> str:
+    """A worst-mistakes row's action when it is more than a nudge."""
+    return " (block)" if row.get("blocked") else " (review)" if row.get("reviewed") else ""
+
+
+def render_tuning(tuning: Mapping[str, Any]) -> list[str]:
+    """How the default policy's thresholds were chosen on the dev split, with each grey zone."""
+    review = (
+        f" at most {_pct(tuning['max_review'])} sent to review (got"
+        f" {_pct(tuning['dev_benign_review_rate'])}),"
+        if "max_review" in tuning
+        else ""
+    )
+    lines = [
+        f"Thresholds (`moderator/default_policy.toml` v{tuning.get('policy_version')}):"
+        f" nudge {tuning['nudge']}, block {tuning['block']} (insult block at least 0.9),"
+        f" chosen among {tuning['pairs_tried']} pairs on the dev split: at most"
+        f" {_pct(tuning['max_flag'])} of {tuning.get('dev_benign_lines')} chat-like dev"
+        f" lines flagged (got {_pct(tuning['dev_benign_flag_rate'])}),{review} at most"
+        f" {_pct(tuning['max_block'])} blocked (got {_pct(tuning['dev_benign_block_rate'])}),"
+        f" then the most real toxic dev lines caught ({_pct(tuning['dev_toxic_recall'])} of"
+        f" {tuning.get('dev_toxic_lines')}).",
+    ]
+    grey = tuning.get("grey")
+    if grey is None:
+        return lines
+    lines += [
+        "",
+        "The labels that can hurt most have a grey zone below their block threshold, sent to"
+        " `review` (a human should look) while the review limit holds, else to `nudge`. Dev"
+        " figures: the lines only the grey zone flags, and the toxic dev lines of the label's own"
+        " family (the Perspective attribute it rates highest after toxicity) caught with and"
+        " without it.",
+        "",
+        "| label | grey zone | from | block from | benign dev flagged by it alone"
+        " | toxic dev flagged by it alone | own family caught (without the grey zone) |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for label, g in grey.items():
+        family = (
+            f"{g['dev_family_caught']} of {g['dev_family_lines']}"
+            f" ({g['dev_family_caught_without']})"
+            if g.get("dev_family_lines")
+            else "no dev lines"
+        )
+        lines.append(
+            f"| {label} | `{g['action']}` | {g['threshold']:g} | {g['block']:g}"
+            f" | {g['dev_benign_added']} | {g['dev_toxic_added']} | {family} |"
+        )
+    lines += [f"| {label} | none: every threshold below block costs benign lines | | | | | |"
+              for label in tuning.get("no_grey", [])]  # fmt: skip
+    return lines
+
+
 def render_real(real: Mapping[str, Any], tuning: Mapping[str, Any] | None) -> list[str]:
     """The real-text section: targets, side by side, identity probe, worst mistakes."""
     names = list(real["scorers"])
@@ -330,24 +393,15 @@ def render_real(real: Mapping[str, Any], tuning: Mapping[str, Any] | None) -> li
         "",
         "Human-written text from the sources in `models/DATA.md`, split by a hash of each line:"
         " train (fine-tuning), dev (the policy's thresholds), test (this section only). Our"
-        " model is judged by the default policy's action (flagged = `nudge` or `block`); a"
+        " model is judged by the default policy's action (flagged = any action but `allow`:"
+        " `nudge`, `review` or `block`); a"
         " teacher, which has no policy, by its own rule (flagged = its toxicity score >= 0.5)."
         " The benign pools are unlabelled real conversation, so every flag on them counts as a"
         " false positive, even on the few lines that are in fact rude.",
         "",
     ]
     if tuning:
-        lines += [
-            f"Thresholds (`moderator/default_policy.toml` v{tuning.get('policy_version')}):"
-            f" nudge {tuning['nudge']}, block {tuning['block']} (insult block at least 0.9),"
-            f" chosen among {tuning['pairs_tried']} pairs on the dev split: at most"
-            f" {_pct(tuning['max_flag'])} of {tuning.get('dev_benign_lines')} chat-like dev"
-            f" lines flagged (got {_pct(tuning['dev_benign_flag_rate'])}), at most"
-            f" {_pct(tuning['max_block'])} blocked (got {_pct(tuning['dev_benign_block_rate'])}),"
-            f" then the most real toxic dev lines caught ({_pct(tuning['dev_toxic_recall'])} of"
-            f" {tuning.get('dev_toxic_lines')}).",
-            "",
-        ]
+        lines += [*render_tuning(tuning), ""]
     lines += ["### Targets (int8, the model the runtime loads)", "", *_targets(real), ""]
     lines += [
         "### Side by side",
@@ -407,7 +461,7 @@ def render_real(real: Mapping[str, Any], tuning: Mapping[str, Any] | None) -> li
             text = " ".join(r["text"].split()).replace("|", "\\|")[:200]
             lines.append(
                 f"| {text} | {r['source']} | {r['family']} | {r['score']:.3f} |"
-                f" {r['reason'] or ''}{' (block)' if r.get('blocked') else ''} |"
+                f" {r['reason'] or ''}{_marked(r)} |"
             )
     lines.append("")
     return lines

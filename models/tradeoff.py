@@ -60,8 +60,9 @@ def measure(
         labels,
         max_flag=tuning.MAX_FLAG,
         max_block=tuning.MAX_BLOCK,
+        max_review=tuning.MAX_REVIEW,
     )
-    table = realtext.thresholds(tuned["nudge"], tuned["block"])
+    table = tuned["table"]
     syn_flag, _ = realtext.flag_block(scores["synthetic"], labels, table)
     benign_flag, benign_block = realtext.flag_block(scores["test_benign"], labels, table)
     flagged_gold = np.asarray(synthetic_gold[:, list(corpus.ACTING)].any(axis=1))
@@ -161,8 +162,9 @@ def render(
         " (1 - a) * template-only, tunes the mix's default policy on the real dev split with the"
         " build's limits (at most"
         f" {tuning.MAX_FLAG:.1%} of {sizes['dev_benign']} chat-like dev lines flagged, at most"
-        f" {tuning.MAX_BLOCK:.1%} blocked, then the most of {sizes['dev_toxic']} real toxic dev"
-        " lines caught), and measures it under that policy. Targets: synthetic flagged F1 >="
+        f" {tuning.MAX_REVIEW:.1%} sent to review, at most {tuning.MAX_BLOCK:.1%} blocked, then"
+        f" the most of {sizes['dev_toxic']} real toxic dev lines caught, grey zones included),"
+        " and measures it under that policy. Targets: synthetic flagged F1 >="
         f" {SYNTHETIC_F1_TARGET}; chat-like test ({sizes['test_benign']} lines) flagged <= 1%"
         f" and blocked <= 0.2%; real toxic web snippets (rtp_scored, {sizes['test_rtp']} lines)"
         f" flagged >= {RTP_TARGET:.0%}. Scores are the fp32 torch module's.",

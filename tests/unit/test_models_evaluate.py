@@ -30,3 +30,15 @@ def test_gold_actions_follow_the_packaged_policy() -> None:
     assert evaluate.gold_actions(decide, [("toxicity",)]) == ["nudge"]
     for label in ("threat", "identity_attack", "self_harm", "severe_toxicity"):
         assert evaluate.gold_actions(decide, [("toxicity", label)]) == ["block"]
+
+
+def test_a_grey_zone_action_never_gold_is_shown_but_not_averaged() -> None:
+    gold = ["allow", "block", "block", "allow"]
+    pred = ["allow", "block", "review", "review"]
+    m = evaluate._action_metrics(pred, gold)
+    assert set(m["per_action"]) == {"allow", "review", "block"}  # nudge: neither gold nor said
+    assert m["per_action"]["review"]["f1"] == 0.0
+    allow, block = m["per_action"]["allow"]["f1"], m["per_action"]["block"]["f1"]
+    assert m["macro_f1"] == pytest.approx((allow + block) / 2)
+    assert m["flagged"]["recall"] == 1.0  # review counts as flagged
+    assert m["benign_flag_rate"] == 0.5

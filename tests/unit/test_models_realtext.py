@@ -36,6 +36,20 @@ def test_vectorised_flags_match_the_policy_decision_row_by_row() -> None:
         assert 0 < flagged.sum() < len(matrix)  # the check exercised both outcomes
 
 
+def test_vectorised_actions_with_grey_zones_match_the_policy_row_by_row() -> None:
+    rng = np.random.default_rng(11)
+    matrix = rng.random((600, len(LABELS)), dtype=np.float32) ** 3
+    table = realtext.thresholds(0.8, 0.95)
+    table["threat"]["review"] = 0.6
+    table["identity_attack"]["nudge"] = 0.65
+    policy = Policy.from_mapping({"name": "t", "version": 1, "labels": table})
+    ranks = realtext.action_ranks(matrix, LABELS, table)
+    acts = [policy.decide(dict(zip(LABELS, map(float, row), strict=True)))[0] for row in matrix]
+    assert [policy.actions[r] for r in ranks] == acts
+    assert set(acts) == set(policy.actions)  # every action exercised
+    assert list(realtext.reviewed(matrix, LABELS, table)) == [a == "review" for a in acts]
+
+
 def test_a_score_exactly_on_the_threshold_acts() -> None:
     table = realtext.thresholds(0.7, 0.95)
     row = np.zeros((1, len(LABELS)), np.float32)
@@ -58,12 +72,12 @@ def test_tune_picks_the_most_recall_within_the_benign_limits() -> None:
     benign[:, tox] = np.linspace(0.0, 0.952, 1000)  # 0.2% of benign lines score >= 0.95
     toxic = np.zeros((10, len(LABELS)), np.float32)
     toxic[:, tox] = [0.6, 0.8, 0.9, 0.92, 0.96, 0.97, 0.98, 0.99, 0.999, 0.999]
-    got = realtext.tune(benign, toxic, LABELS, max_flag=0.005, max_block=0.001)
+    got = realtext.tune(benign, toxic, LABELS, max_flag=0.005, max_block=0.001, max_review=0)
     assert got["limits_met"]
     assert got["nudge"] == 0.95  # 0.9 would flag ~6% of benign lines
     assert got["dev_benign_flag_rate"] <= 0.005
     assert got["dev_toxic_recall"] == pytest.approx(0.6)
-    strict = realtext.tune(benign + 1.0, toxic, LABELS, max_flag=0.0, max_block=0.0)
+    strict = realtext.tune(benign + 1.0, toxic, LABELS, max_flag=0.0, max_block=0.0, max_review=0.0)
     assert not strict["limits_met"]
 
 
@@ -151,8 +165,55 @@ def test_tune_blocks_as_much_as_the_benign_block_limit_allows() -> None:
     toxic = np.zeros((4, len(LABELS)), np.float32)
     toxic[:, threat] = [0.92, 0.96, 0.99, 0.999]
     toxic[:, LABELS.index("toxicity")] = 0.99  # flagged by any nudge threshold up to 0.99
-    got = realtext.tune(benign, toxic, LABELS, max_flag=0.01, max_block=0.01)
+    got = realtext.tune(benign, toxic, LABELS, max_flag=0.01, max_block=0.01, max_review=0)
     # Many pairs flag every toxic line; the lowest block threshold within the limit blocks most.
     assert got["dev_toxic_recall"] == 1.0
     assert got["block"] == 0.9
     assert got["dev_toxic_blocked"] == 1.0
+
+
+def test_tune_gives_the_hurting_labels_grey_zones_within_the_benign_limits() -> None:
+    col = {label: LABELS.index(label) for label in LABELS}
+    benign = np.zeros((1000, len(LABELS)), np.float32)
+    benign[0:3, col["threat"]] = 0.72  # a threat grey zone at 0.7 flags 0.3% of benign lines
+    benign[3:8, col["identity_attack"]] = 0.66  # one at 0.6 flags 0.5%
+    benign[8:28, col["severe_toxicity"]] = 0.997  # any grey zone (or block) below 0.998 costs 2%
+    toxic = np.zeros((10, len(LABELS)), np.float32)
+    toxic[0:5, col["threat"]] = 0.71
+    toxic[5:10, col["identity_attack"]] = 0.63
+    families = ["threat"] * 5 + ["identity_attack"] * 5
+    got = realtext.tune(benign, toxic, LABELS, max_flag=0.012, max_block=0.001,
+                        max_review=0.004, families=families)  # fmt: skip
+    assert got["limits_met"]
+    assert got["block"] == 0.998
+    grey = {label: (g["action"], g["threshold"]) for label, g in got["grey"].items()}
+    assert grey == {
+        "threat": ("review", 0.7),  # the cheapest grey zone gets review
+        "identity_attack": ("nudge", 0.6),  # reviewing it too would send 0.8% to review
+        "self_harm": ("review", 0.5),  # no evidence either way: as low as costs nothing
+    }
+    assert got["no_grey"] == ["severe_toxicity"]
+    assert got["dev_toxic_recall"] == 1.0
+    assert got["dev_benign_flag_rate"] == pytest.approx(0.008)
+    assert got["dev_benign_review_rate"] == pytest.approx(0.003)
+    assert got["dev_benign_block_rate"] == 0.0
+    assert got["grey"]["threat"]["dev_family_caught"] == 5
+    assert got["grey"]["threat"]["dev_family_caught_without"] == 0
+    assert got["grey"]["identity_attack"]["dev_benign_added"] == 5
+    # The table is a policy, and the policy decides as the tuner counted.
+    policy = Policy.from_mapping({"name": "t", "version": 1, "labels": got["table"]})
+    acts = [policy.decide(dict(zip(LABELS, map(float, row), strict=True)))[0] for row in toxic]
+    assert acts == ["review"] * 5 + ["nudge"] * 5
+
+
+def test_tune_sends_nothing_to_review_when_the_review_limit_is_zero() -> None:
+    threat = LABELS.index("threat")
+    benign = np.zeros((1000, len(LABELS)), np.float32)
+    benign[0:3, threat] = 0.72
+    benign[3:5, threat] = 0.99  # keeps block above them
+    toxic = np.zeros((5, len(LABELS)), np.float32)
+    toxic[:, threat] = 0.7
+    got = realtext.tune(benign, toxic, LABELS, max_flag=0.01, max_block=0.001, max_review=0.0)
+    assert got["grey"]["threat"]["action"] == "nudge"
+    assert got["dev_benign_review_rate"] == 0.0
+    assert got["dev_toxic_recall"] == 1.0
