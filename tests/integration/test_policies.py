@@ -17,6 +17,7 @@ import pytest
 from moderator import policies
 from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.policy import Policy
 from moderator.service import Moderator
 from tests.integration.kafka_io import consume, decisions_by_id, distinct_ids, produce
 
@@ -27,6 +28,7 @@ POTATO = {"name": "no-potatoes", "version": 1,
           "allow": ["kill la kill"]}  # fmt: skip
 MILD = {"name": "mild", "version": 3, "labels": {"insult": {"medium": "nudge", "high": "nudge"}}}
 INSULT = "you are a worthless idiot"  # the default policy blocks it (insult, high)
+DEFAULT = Policy.load().ident  # the packaged default's name@version, as decisions carry it
 
 
 def message(i: int, channel: str, text: str) -> tuple[bytes, bytes]:
@@ -62,12 +64,12 @@ async def test_two_channels_get_different_actions_for_the_same_text(
            for m, d in got.items()}  # fmt: skip
     assert act["m-0"] == ("c-potato", "block", "deny:policy:custom", "high", "no-potatoes@1")
     assert act["m-3"] == ("c-mild", "allow", None, None, "mild@3")
-    assert act["m-6"] == ("c-other", "allow", None, None, "default@5")
+    assert act["m-6"] == ("c-other", "allow", None, None, DEFAULT)
     # The same insult: blocked by the default (and by no-potatoes, which only adds terms over
     # it), only nudged where the channel maps the insult severities to nudge.
     assert act["m-1"][1:4] == ("block", "insult", "high")
     assert act["m-4"] == ("c-mild", "nudge", "insult", "high", "mild@3")
-    assert act["m-7"][1:5] == ("block", "insult", "high", "default@5")
+    assert act["m-7"][1:5] == ("block", "insult", "high", DEFAULT)
     assert {act[m][1] for m in ("m-2", "m-5", "m-8")} == {"allow"}
 
 
@@ -150,7 +152,7 @@ async def test_a_new_instance_has_every_policy_before_it_is_ready(
                                                  message(1, "ch-0", "potato")])  # fmt: skip
         got = await decided(settings, 2)
     assert (got["m-0"]["action"], got["m-0"]["policy"]) == ("block", f"ch-{n - 1}@1")
-    assert (got["m-1"]["action"], got["m-1"]["policy"]) == ("allow", "default@5")
+    assert (got["m-1"]["action"], got["m-1"]["policy"]) == ("allow", DEFAULT)
 
 
 def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
@@ -191,7 +193,7 @@ def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_
     asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "*", bad_default))
     rows = _cli(settings, "list").stdout.splitlines()
     assert rows[0].startswith("*\tstar@2\tREJECTED: policy for '*': labels.insult.high")
-    assert rows[0].endswith("(in effect: default@5)")
+    assert rows[0].endswith(f"(in effect: {DEFAULT})")
     assert rows[1] == "c-1\tno-potatoes@1"
     again = _cli(settings, "put", "c-1", str(good))
     assert again.returncode == 0, again.stderr

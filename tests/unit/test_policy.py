@@ -160,10 +160,12 @@ def test_the_tuner_writes_a_policy_it_reads_back(tmp_path: Path) -> None:
     from models import realtext, tuning
 
     table = realtext.thresholds(0.75, 0.95)
+    table["threat"]["review"] = 0.6
     path = tmp_path / "policy.toml"
     path.write_text(tuning.render_policy(table, "# tuned\n", 7))
     assert tuning.read_thresholds(path) == (7, table)
     assert Policy.load(path).decide({"threat": 0.96, "toxicity": 0.8})[:2] == ("block", "threat")
+    assert Policy.load(path).decide({"threat": 0.7, "toxicity": 0.8})[:2] == ("review", "threat")
 
 
 BOUNDARY = Policy.from_mapping(
