@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from loadgen.stats import (
     percentile_ms,
 )
 from loadgen.tracker import DecisionTracker
+from moderator.policy import DEFAULT_ACTIONS
 
 
 @dataclass
@@ -86,10 +88,8 @@ class LoadSummary:
             cache_hit_ratio=round(tracker.cached / decided, 4) if decided else None,
             degraded=tracker.degraded,
             over_budget_ratio=round(over / sent, 4) if sent else None,
-            actions=dict(sorted(tracker.actions.items())),
-            actions_by_kind={
-                k: dict(sorted(v.items())) for k, v in tracker.actions_by_kind.items()
-            },
+            actions=by_severity(tracker.actions),
+            actions_by_kind={k: by_severity(v) for k, v in tracker.actions_by_kind.items()},
             latency=tracker.latency,
             server_total=tracker.server_total,
             per_second=tracker.per_second,
@@ -218,6 +218,14 @@ def format_summary(summary: LoadSummary) -> str:
 
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
+
+
+def by_severity(counts: Mapping[str, int]) -> dict[str, int]:
+    """Counts per action, least severe first as policies order them (allow, nudge, review,
+    block); an action a custom policy added comes after, by name."""
+    known = {action: i for i, action in enumerate(DEFAULT_ACTIONS)}
+    order = sorted(counts, key=lambda a: (known.get(a, len(known)), a))
+    return {a: counts[a] for a in order}
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -260,7 +260,8 @@ def evaluate_real(
 def _unseen_table(
     sess: Any, tok: Any, labels: Sequence[str], decide: Decide, path: Path
 ) -> dict[str, Any]:
-    """The action each hand-written line gets; `nudge` expected accepts `block` too."""
+    """The action each hand-written line gets; `nudge` expected accepts any more severe one
+    (`review`, `block`) too: the line was to be flagged."""
     unseen = read_unseen(path)
     scored = score_lines(sess, tok, [t for t, _, _ in unseen], labels)
     rows: list[dict[str, Any]] = []
@@ -268,7 +269,7 @@ def _unseen_table(
     for i, (text, expected, kind) in enumerate(unseen):
         row = scored.row(i)
         action, reason, _ = decide(row)
-        ok = action == expected or (expected == "nudge" and action == "block")
+        ok = action == expected or (expected == "nudge" and ACTIONS.index(action) > 1)
         n_ok += ok
         top = max(row.items(), key=lambda kv: kv[1])
         rows.append(

@@ -199,7 +199,7 @@ def render(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
             title,
             "",
             f"{unseen['as_expected']}/{unseen['lines']} as expected (`nudge` expected:"
-            " `block` also counts; int8 model, default policy).",
+            " `review` and `block` also count; int8 model, default policy).",
             "",
             "| line | kind | expected | got | reason | top score | ok |",
             "|---|---|---|---|---|---|---|",

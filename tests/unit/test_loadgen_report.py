@@ -16,6 +16,7 @@ from loadgen.hop import HopResult
 from loadgen.machine import cpu_flags, machine_label
 from loadgen.schedule import Arrivals
 from loadgen.search import Step, next_rate
+from loadgen.summary import by_severity
 from loadgen.tracker import DecisionTracker
 from loadgen.traffic import Kind
 
@@ -182,3 +183,9 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
     assert cpu_flags(cpuinfo)["avx512f"] is True
     assert cpu_flags(cpuinfo)["avx512_vnni"] is False
     assert cpu_flags(tmp_path / "absent") == dict.fromkeys(cpu_flags(cpuinfo), False)
+
+
+def test_actions_are_listed_least_severe_first() -> None:
+    counts = {"block": 1, "allow": 5, "warn": 2, "review": 3, "nudge": 4}
+    assert list(by_severity(counts)) == ["allow", "nudge", "review", "block", "warn"]
+    assert by_severity(counts) == counts
