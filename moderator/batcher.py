@@ -38,7 +38,9 @@ def _name_thread() -> None:
         ctypes.CDLL(None).prctl(_PR_SET_NAME, SCORER_THREAD_NAME.encode(), 0, 0, 0)
 
 
-class Scored(NamedTuple):
+class ModelResult(NamedTuple):
+    """The model's scores for one submitted sequence, and how long it took."""
+
     scores: Scores  # one row: [n_labels]
     queued_s: float  # from submission to the start of its batch
     score_s: float  # the batch's model time
@@ -46,12 +48,12 @@ class Scored(NamedTuple):
 
 class _Job(NamedTuple):
     ids: TokenIds
-    future: asyncio.Future[Scored]
+    future: asyncio.Future[ModelResult]
     submitted: float
 
 
-class BatchScorer:
-    """Runs `classifier.score_ids` on `concurrency` threads of its own; `score()` is the async
+class MicroBatcher:
+    """Runs `classifier.score_ids` on `concurrency` threads of its own; `submit()` is the async
     front door."""
 
     def __init__(
@@ -100,11 +102,11 @@ class BatchScorer:
         """The scoring task, so the owner can watch that it never dies silently."""
         return self._task
 
-    def score(self, ids: TokenIds) -> asyncio.Future[Scored]:
-        """Queue one sequence for scoring; the future resolves with its row of scores."""
+    def submit(self, ids: TokenIds) -> asyncio.Future[ModelResult]:
+        """Queue one sequence for the model; the future resolves with its row of scores."""
         if self._task is None:
-            raise RuntimeError("BatchScorer.score() before start()")
-        future: asyncio.Future[Scored] = asyncio.get_running_loop().create_future()
+            raise RuntimeError("MicroBatcher.submit() before start()")
+        future: asyncio.Future[ModelResult] = asyncio.get_running_loop().create_future()
         self._pending.append(_Job(ids, future, time.perf_counter()))
         self._wakeup.set()
         return future
@@ -125,14 +127,14 @@ class BatchScorer:
                     if self._failed is not None:
                         raise self._failed
                     batch, start = jobs[start : start + size], start + size
-                    task = asyncio.create_task(self._score(batch), name="batch-scorer-batch")
+                    task = asyncio.create_task(self._run_batch(batch), name="batch-scorer-batch")
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
             except BaseException:  # stopped or failed: nobody will score the rest of the round
                 _cancel(jobs[start:])
                 raise
 
-    async def _score(self, batch: list[_Job]) -> None:
+    async def _run_batch(self, batch: list[_Job]) -> None:
         """One batch on a free scoring thread. A model failure (a bug or a broken model) fails
         its callers and then the scorer's task, loudly."""
         began = time.perf_counter()
@@ -156,7 +158,7 @@ class BatchScorer:
         self.metrics.batch_size.observe(len(batch))
         for row, job in zip(scores, batch, strict=True):
             if not job.future.done():
-                job.future.set_result(Scored(row, began - job.submitted, took))
+                job.future.set_result(ModelResult(row, began - job.submitted, took))
 
 
 def _cancel(jobs: Sequence[_Job]) -> None:

@@ -1,4 +1,4 @@
-"""Two-level verdict cache: an in-process LRU, then Redis, keyed on model digest + token ids.
+"""Two-level score cache: an in-process LRU, then Redis, keyed on model digest + token ids.
 
 The cache stores label scores, never actions, so a policy change needs no invalidation. Redis is
 an optimisation, not a dependency: when it fails or is slow, a circuit breaker opens, decisions
@@ -14,7 +14,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 import orjson
@@ -29,13 +28,13 @@ from moderator.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
+# The stored format's name: renaming it would orphan every entry already in Redis.
 KEY_PREFIX = "moderator:verdict:v1:"
 WARN_EVERY_S = 60.0
-Level = Literal["l1", "redis", "miss"]
 
 
 def cache_key(model_sha256: str, ids: TokenIds) -> bytes:
-    """Key of one verdict: the model file's sha256 and a 128-bit hash of the token ids.
+    """Key of one text's scores: the model file's sha256 and a 128-bit hash of its token ids.
 
     The digest, not the manifest's `name@version`: a hand-written manifest may reuse a version
     for other weights, and a day of stale scores would follow from Redis. 128 bits of it.
@@ -69,7 +68,7 @@ class LruCache:
             self._data.popitem(last=False)
 
 
-class VerdictCache:
+class ScoreCache:
     """L1 + Redis. `get_many` never raises for Redis trouble and never waits past the timeout."""
 
     def __init__(
@@ -178,17 +177,13 @@ class VerdictCache:
             self.metrics.redis_up.set(1)
             log.info("redis at %s is available", redact_url(self.redis_url))
 
-    async def get_many(self, keys: Sequence[bytes]) -> list[tuple[Scores | None, Level]]:
+    async def get_many(self, keys: Sequence[bytes]) -> list[Scores | None]:
         """Look each key up in L1, then the L1 misses in Redis with one MGET."""
-        results: list[tuple[Scores | None, Level]] = []
-        for key in keys:
-            hit = self.l1.get(key)
-            results.append((hit, "l1") if hit is not None else (None, "miss"))
-        l1_hits = sum(1 for _, level in results if level == "l1")
-        self.metrics.cache_requests.labels("l1", "hit").inc(l1_hits)
-        self.metrics.cache_requests.labels("l1", "miss").inc(len(keys) - l1_hits)
+        results = [self.l1.get(key) for key in keys]
+        missing = [i for i, hit in enumerate(results) if hit is None]
+        self.metrics.cache_requests.labels("l1", "hit").inc(len(keys) - len(missing))
+        self.metrics.cache_requests.labels("l1", "miss").inc(len(missing))
 
-        missing = [i for i, (_, level) in enumerate(results) if level == "miss"]
         if not missing or self._redis is None or not self._redis_up.is_set():
             return results
         try:
@@ -208,14 +203,14 @@ class VerdictCache:
                 log.warning("ignoring a corrupt cache entry %r", keys[i])
                 continue
             self.l1.put(keys[i], scores)
-            results[i] = (scores, "redis")
+            results[i] = scores
             redis_hits += 1
         self.metrics.cache_requests.labels("redis", "hit").inc(redis_hits)
         self.metrics.cache_requests.labels("redis", "miss").inc(len(missing) - redis_hits)
         return results
 
     def put_many(self, items: Sequence[tuple[bytes, Scores]]) -> None:
-        """Store fresh verdicts: L1 at once, Redis in the background (dropped while it is down)."""
+        """Store fresh scores: L1 at once, Redis in the background (dropped while it is down)."""
         for key, scores in items:
             self.l1.put(key, scores)
             if self._redis is None or not self._redis_up.is_set():

@@ -221,10 +221,6 @@ class Classifier:
             scores = _activate(scores, self.info.activation)
         return scores
 
-    def score_texts(self, texts: Sequence[str]) -> Scores:
-        """Convenience for tools: encode and score in one call (one padded batch)."""
-        return self.score_ids(self.encode(texts))
-
     def as_dict(self, scores: Scores) -> dict[str, float]:
         """One row of scores keyed by label."""
         return {label: float(s) for label, s in zip(self.labels, scores, strict=True)}

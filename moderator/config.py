@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from moderator.degrade import MODES as DEGRADED_MODES
 from moderator.errors import ConfigError
 from moderator.redaction import redact_url, url_secrets
 
@@ -36,6 +35,8 @@ def available_cores() -> int:
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 OFFSET_RESETS = ("earliest", "latest")
+# What a late cache miss gets under overload (moderator/degrade.py); `off` waits for the model.
+DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
 
 HELP = {

@@ -53,3 +53,9 @@ def configure(log_format: str, level: int, *, verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else level, handlers=[handler])
     aiokafka_level = logging.DEBUG if verbose else max(level, logging.WARNING)
     logging.getLogger("aiokafka").setLevel(aiokafka_level)
+
+
+def writes_json() -> bool:
+    """Whether the log goes out as JSON lines (`configure` set it up so): then anything meant for
+    the operator goes through the log too, so a log shipper reads nothing but JSON."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)

@@ -69,14 +69,6 @@ class Rule(NamedTuple):
                 out[action] = self.thresholds[level]
         return out
 
-    @property
-    def nudge(self) -> float | None:
-        return self.by_action.get("nudge")
-
-    @property
-    def block(self) -> float | None:
-        return self.by_action.get("block")
-
 
 def merge_specs(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     """`over` on top of `base`: tables (`labels`, `severity`, `default_terms`) merge key by

@@ -30,7 +30,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from moderator.ledger import Entry
 from moderator.metrics import Metrics
-from moderator.pipeline import InboundRecord, Outcome
+from moderator.records import InboundRecord, Outcome
 from moderator.refusal import describe, divert, is_refusal
 
 log = logging.getLogger(__name__)
@@ -200,9 +200,9 @@ class Publisher:
             return
         self._last_ack[delivery.topic] = time.monotonic()
         if delivery.outcome.dead_letter:
-            self.metrics.dead_letters.labels(delivery.outcome.label).inc()
+            self.metrics.dead_letters.labels(delivery.outcome.error_code).inc()
         else:
-            self.metrics.decisions.labels(delivery.outcome.label).inc()
+            self.metrics.decisions.labels(delivery.outcome.action).inc()
         self._unacked.pop(delivery.entry, None)
         self._on_acked(delivery.entry)
 

@@ -22,17 +22,18 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from moderator.batcher import BatchScorer
-from moderator.cache import VerdictCache
+from moderator.batcher import MicroBatcher
+from moderator.cache import ScoreCache
+from moderator.channel_policies import PolicyBook, PolicyFeed, follow_policies
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.connect import start_client, stop_within
-from moderator.degrade import Fallback
+from moderator.degrade import fallback_for
 from moderator.ledger import Entry, OffsetLedger
 from moderator.metrics import Metrics, MetricsServer, listen
-from moderator.pipeline import Outcome, Pipeline
-from moderator.policies import PolicyBook, PolicyFeed, follow_policies
+from moderator.pipeline import Pipeline
 from moderator.publisher import Fetched, Publisher
+from moderator.records import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,8 @@ class Moderator:
         self._metrics_server: MetricsServer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._publisher: Publisher | None = None
-        self._cache: VerdictCache | None = None
-        self._scorer: BatchScorer | None = None
+        self._cache: ScoreCache | None = None
+        self._scorer: MicroBatcher | None = None
         self._pipeline: Pipeline | None = None
         self._feed: PolicyFeed | None = None
         self._ledger = OffsetLedger()
@@ -102,7 +103,7 @@ class Moderator:
         return self._failure
 
     @property
-    def cache(self) -> VerdictCache:
+    def cache(self) -> ScoreCache:
         assert self._cache is not None, "start() first"
         return self._cache
 
@@ -128,7 +129,7 @@ class Moderator:
                 {"name": info.name, "version": info.version, "threads": str(classifier.threads)}
             )
             policies = PolicyBook.load(s.policy, classifier.labels)
-            self._cache = VerdictCache(
+            self._cache = ScoreCache(
                 s.redis_url,
                 metrics=self.metrics,
                 ttl_s=s.cache_ttl_s,
@@ -136,8 +137,8 @@ class Moderator:
                 timeout_ms=s.redis_timeout_ms,
             )
             await self._cache.start()
-            self._scorer = BatchScorer(classifier, max_batch=s.max_batch, metrics=self.metrics,
-                                       concurrency=s.scoring_layout[1])  # fmt: skip
+            self._scorer = MicroBatcher(classifier, max_batch=s.max_batch, metrics=self.metrics,
+                                        concurrency=s.scoring_layout[1])  # fmt: skip
             await self._scorer.start()
             self._pipeline = Pipeline(
                 classifier,
@@ -147,9 +148,7 @@ class Moderator:
                 self.metrics,
                 max_record_bytes=s.max_record_bytes,
                 budget_ms=s.budget_ms,
-                fallback=(
-                    None if s.degraded_mode == "off" else Fallback.load(s.degraded_mode, s.denylist)
-                ),
+                fallback=fallback_for(s.degraded_mode, s.denylist),
             )
             producer = AIOKafkaProducer(
                 **s.kafka_options(),
@@ -168,8 +167,9 @@ class Moderator:
                 on_failure=self._on_task_done,
             )
             await start_client(producer, s.kafka_options(), "the producer")
-            self._feed = await follow_policies(policies, s, self.metrics,  # caught up: then ready
-                                               on_failure=self._on_task_done)  # fmt: skip
+            self._feed = await follow_policies(  # caught up: then ready
+                policies, s.policy_topic, s.kafka_options(), self.metrics, self._on_task_done
+            )
             self._consumer = AIOKafkaConsumer(
                 **s.kafka_options(),
                 group_id=s.group_id,

@@ -20,9 +20,8 @@ from aiokafka.structs import TopicPartition
 
 from moderator.ledger import OffsetLedger
 from moderator.metrics import Metrics
-from moderator.pipeline import Outcome
 from moderator.publisher import Fetched, Publisher
-from moderator.records import DLQ_ERROR_CODE
+from moderator.records import DLQ_ERROR_CODE, Outcome
 
 IN, OUT, DLQ = "chat.messages", "chat.decisions", "chat.messages.dlq"
 REFUSED_TP = TopicPartition(IN, 0)
@@ -143,10 +142,10 @@ class Harness:
         `revoked`: its partition is given up while the outcome is on its way to the publisher."""
         record = Record(tp.topic, tp.partition, offset)
         if dead_letter:
-            outcome = Outcome(True, b"c-1", b"{broken", [(DLQ_ERROR_CODE, b"invalid_json")],
-                              "invalid_json")  # fmt: skip
+            headers = [(DLQ_ERROR_CODE, b"invalid_json")]
+            outcome = Outcome(b"c-1", b"{broken", headers, error_code="invalid_json")
         else:
-            outcome = Outcome(False, b"c-1", b'{"message_id":"m","action":"allow"}', [], "allow")
+            outcome = Outcome(b"c-1", b'{"message_id":"m","action":"allow"}', [], action="allow")
 
         async def outcomes() -> list[Outcome]:
             return [outcome]
