@@ -139,11 +139,16 @@ class PolicyFeed:
         await start_client(consumer, self.options, "the policies consumer")
         started = time.perf_counter()
         if not await read_to_end(consumer, self.topic, self._apply_record):
-            log.warning("no policies topic %s: every channel gets %s", self.topic,
-                        self.book.default.ident)  # fmt: skip
-        log.info("policies: %d channel policies, default %s, read from %s in %.2f s",
-                 len(self.book), self.book.default.ident, self.topic,
-                 time.perf_counter() - started)  # fmt: skip
+            log.warning(
+                "no policies topic %s: every channel gets %s", self.topic, self.book.default.ident
+            )
+        log.info(
+            "policies: %d channel policies, default %s, read from %s in %.2f s",
+            len(self.book),
+            self.book.default.ident,
+            self.topic,
+            time.perf_counter() - started,
+        )
         self.task = asyncio.create_task(self._follow(), name="moderator-policies")
 
     async def stop(self) -> None:

@@ -169,8 +169,11 @@ class Classifier:
         cap = limit * HEAD_CHARS_PER_TOKEN
         heads = [_head(t, cap) for t in normalized]
         ids = [e.ids for e in self.tokenizer.encode_batch(heads)]
-        again = [i for i, (h, t) in enumerate(zip(heads, normalized, strict=True))
-                 if len(h) < len(t) and len(ids[i]) < limit]  # fmt: skip
+        again = [
+            i
+            for i, (h, t) in enumerate(zip(heads, normalized, strict=True))
+            if len(h) < len(t) and len(ids[i]) < limit
+        ]
         if again:
             whole = self.tokenizer.encode_batch([normalized[i] for i in again])
             for i, encoding in zip(again, whole, strict=True):
@@ -185,8 +188,12 @@ class Classifier:
         if self._warm:
             return 0
         word = self.tokenizer.token_to_id("the") or self.pad_id + 1
-        shapes = [(batch, length) for length in WARM_LENGTHS if length <= self.info.max_length
-                  for batch in sorted({1, max(1, max_batch)})]  # fmt: skip
+        shapes = [
+            (batch, length)
+            for length in WARM_LENGTHS
+            if length <= self.info.max_length
+            for batch in sorted({1, max(1, max_batch)})
+        ]
         for batch, length in shapes:
             ids = np.full(length, word, dtype=np.int64)
             self.score_ids([ids] * batch)

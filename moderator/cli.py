@@ -21,14 +21,12 @@ from moderator.channel_policies import DEFAULT_KEY, layered
 from moderator.classifier import Classifier, ModelInfo
 from moderator.config import (
     DEFAULT_MODEL_DIR,
-    LOG_FORMATS,
-    LOG_LEVELS,
     Settings,
     add_setting_flags,
-    log_settings,
     settings_from_args,
 )
 from moderator.errors import ConfigError, ModeratorError
+from moderator.logs import LOG_FORMATS, LOG_LEVELS, log_settings
 from moderator.policy import Policy, read_spec
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator
@@ -104,13 +102,19 @@ def _parser() -> argparse.ArgumentParser:
     pol = sub.add_parser("policy", help="per-channel policies on the policies topic")
     pol_sub = pol.add_subparsers(required=True, metavar="ACTION")
     for name, help_text, args_ in (
-        ("put", "publish a policy file (TOML or JSON) for CHANNEL (* = the default)",
-         ("channel", "file")),
+        (
+            "put",
+            "publish a policy file (TOML or JSON) for CHANNEL (* = the default)",
+            ("channel", "file"),
+        ),
         ("get", "print CHANNEL's policy as JSON", ("channel",)),
-        ("delete", "remove CHANNEL's policy (a tombstone): the default applies again",
-         ("channel",)),
+        (
+            "delete",
+            "remove CHANNEL's policy (a tombstone): the default applies again",
+            ("channel",),
+        ),
         ("list", "every channel with a policy, and its name@version", ()),
-    ):  # fmt: skip
+    ):
         cmd = pol_sub.add_parser(name, help=help_text)
         for arg in args_:
             cmd.add_argument(arg, type=Path if arg == "file" else str)
@@ -126,11 +130,19 @@ def _parser() -> argparse.ArgumentParser:
 def log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
     """`--log-format` and `--log-level`, before or after the command (`moderator run --log-…`);
     a command's copy defaults to SUPPRESS so it does not erase the value given before it."""
-    parser.add_argument("--log-format", default=default, choices=LOG_FORMATS,
-                        help="text | json lines [MODERATOR_LOG_FORMAT, default: text]")  # fmt: skip
-    parser.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS,
-                        help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: "
-                        "INFO]")  # fmt: skip
+    parser.add_argument(
+        "--log-format",
+        default=default,
+        choices=LOG_FORMATS,
+        help="text | json lines [MODERATOR_LOG_FORMAT, default: text]",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=default,
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: INFO]",
+    )
 
 
 class _Version(argparse.Action):
@@ -212,8 +224,10 @@ async def serve(
     host = settings.metrics_host.strip("[]")
     host = f"[{host}]" if ":" in host else host
     say(f"metrics  http://{host}:{moderator.metrics_port}/metrics (/healthz, /readyz)")
-    say(f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
-         f"{settings.dlq_topic}; Ctrl+C to stop")  # fmt: skip
+    say(
+        f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
+        f"{settings.dlq_topic}; Ctrl+C to stop"
+    )
     await moderator.run()
     for task in stopping:
         await task

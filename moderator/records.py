@@ -120,8 +120,15 @@ def _required(data: Mapping[str, Any], name: str) -> str:
 
 
 def _json_type(value: object) -> str:
-    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-             dict: "object", type(None): "null"}  # fmt: skip
+    names = {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)
 
 

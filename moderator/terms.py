@@ -31,8 +31,7 @@ DEFAULT_LIST = "default_terms.csv"
 
 # Read as letters anywhere in a word that has a letter; `!` and `|` only between two letters
 # (else "kill yourself!" would end in an `i`).
-_LEET = {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b", "9": "g",
-         "@": "a", "$": "s", "€": "e", "£": "l"}  # fmt: skip
+_LEET = dict(zip("01345789@$€£", "oieastbgasel", strict=True))
 _LEET_BETWEEN = {"!": "i", "|": "l"}
 _MASKS = frozenset("*#")  # one unknown letter, between letters
 _WILD = "?"
