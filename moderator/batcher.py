@@ -136,7 +136,7 @@ class MicroBatcher:
 
     async def _run_batch(self, batch: list[_Job]) -> None:
         """One batch on a free scoring thread. A model failure (a bug or a broken model) fails
-        its callers and then the scorer's task, loudly."""
+        its callers and then the batcher's task, loudly."""
         began = time.perf_counter()
         try:
             scores = await asyncio.get_running_loop().run_in_executor(
