@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from moderator.config import DEGRADED_MODES
+from moderator.config import DEGRADED_MODES, Settings
 from moderator.errors import ConfigError
 from moderator.policy import Verdict
 from moderator.terms import Term, TermMatcher
@@ -57,6 +57,9 @@ class Fallback:
         return Verdict("allow", None)
 
 
-def fallback_for(mode: str, denylist: Path | None = None) -> Fallback | None:
-    """The fallback the degraded-mode setting names; None for `off`, which waits for the model."""
-    return None if mode == "off" else Fallback.load(mode, denylist)
+def fallback_for(settings: Settings) -> Fallback | None:
+    """The fallback `degraded_mode` names, with `denylist`; None for `off`, which waits for the
+    model."""
+    if settings.degraded_mode == "off":
+        return None
+    return Fallback.load(settings.degraded_mode, settings.denylist)

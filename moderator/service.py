@@ -148,7 +148,7 @@ class Moderator:
                 self.metrics,
                 max_record_bytes=s.max_record_bytes,
                 budget_ms=s.budget_ms,
-                fallback=fallback_for(s.degraded_mode, s.denylist),
+                fallback=fallback_for(s),
             )
             producer = AIOKafkaProducer(
                 **s.kafka_options(),

@@ -12,7 +12,8 @@ import pytest
 from moderator.batcher import MicroBatcher
 from moderator.cache import ScoreCache, cache_key
 from moderator.classifier import Classifier
-from moderator.degrade import Fallback
+from moderator.config import DEGRADED_MODES, Settings
+from moderator.degrade import Fallback, fallback_for
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy import Policy
@@ -108,6 +109,14 @@ async def test_late_misses_get_a_fast_degraded_decision(pipeline: Pipeline) -> N
 )
 def test_fallback_modes(mode: str, text: str, verdict: tuple[str, str | None]) -> None:
     assert Fallback.load(mode).decide(text)[:2] == verdict
+
+
+def test_the_degraded_mode_setting_picks_the_fallback() -> None:
+    assert fallback_for(Settings()) is None, "off: every message waits for the model"
+    for mode in DEGRADED_MODES[1:]:
+        fallback = fallback_for(Settings(degraded_mode=mode))
+        assert fallback is not None
+        assert fallback.mode == mode
 
 
 async def test_verdicts_are_cached_under_the_model_digest_not_its_version(
