@@ -29,6 +29,7 @@ from moderator.connect import start_client, stop_within
 from moderator.errors import PolicyError
 from moderator.metrics import Metrics
 from moderator.policy import Policy, merge_specs
+from moderator.tasks import cancel
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -149,10 +150,7 @@ class PolicyFeed:
         self.task = asyncio.create_task(self._follow(), name="moderator-policies")
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await cancel(self.task)
         if self._consumer is not None:
             await stop_within(self._consumer)
 
@@ -219,17 +217,13 @@ async def follow_policies(
     book: PolicyBook,
     settings: Settings,
     metrics: Metrics,
-    *,
-    on_failure: Callable[[asyncio.Task[None]], object],
 ) -> PolicyFeed | None:
     """Unless `policy_topic` is empty, the feed of per-channel policies into `book`, already
-    caught up with its topic; `on_failure` is called if the feed's task ends."""
+    caught up with its topic (its owner watches `feed.task`)."""
     if not settings.policy_topic:
         return None
     feed = PolicyFeed(book, settings.policy_topic, settings.kafka_options(), metrics)
     await feed.start()
-    assert feed.task is not None
-    feed.task.add_done_callback(on_failure)
     return feed
 
 
