@@ -53,15 +53,7 @@ class Intake:
     ) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.consumer = AIOKafkaConsumer(
-            **settings.kafka_options(),
-            group_id=settings.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset=settings.auto_offset_reset,
-            fetch_max_wait_ms=settings.fetch_max_wait_ms,
-            **settings.consumer_timeouts(),
-            client_id="moderator",
-        )
+        self._consumer: AIOKafkaConsumer | None = None
         self._on_assigned = on_assigned
         self._on_abandoned = on_abandoned
         self._ledger = OffsetLedger()
@@ -70,13 +62,29 @@ class Intake:
         self._moved = asyncio.Event()  # set when the in-flight count moves, or by `interrupt`
         self._interrupted = False
 
+    @property
+    def consumer(self) -> AIOKafkaConsumer:
+        assert self._consumer is not None, "start() first"
+        return self._consumer
+
     async def start(self) -> None:
         """Connect, and join the group on the input topic."""
-        await start_client(self.consumer, self.settings.kafka_options(), "the consumer")
-        self.consumer.subscribe([self.settings.in_topic], listener=_Rebalance(self))
+        s = self.settings
+        self._consumer = consumer = AIOKafkaConsumer(
+            **s.kafka_options(),
+            group_id=s.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset=s.auto_offset_reset,
+            fetch_max_wait_ms=s.fetch_max_wait_ms,
+            **s.consumer_timeouts(),
+            client_id="moderator",
+        )
+        await start_client(consumer, s.kafka_options(), "the consumer")
+        consumer.subscribe([s.in_topic], listener=_Rebalance(self))
 
     async def stop(self) -> None:
-        await self.consumer.stop()
+        if self._consumer is not None:
+            await self._consumer.stop()
 
     # -- fetching --------------------------------------------------------------------------
 
