@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from moderator.classifier import Classifier, Scores, TokenIds
 from moderator.metrics import Metrics
+from moderator.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +82,9 @@ class MicroBatcher:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            # A model failure that ended it was reported through `task` to its owner already.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        for running in list(self._running):
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
+        # A model failure that ended it was reported through `task` to its owner already.
+        await cancel(task)
+        await cancel(*self._running)
         for job in self._pending:
             job.future.cancel()
         self._pending.clear()

@@ -8,7 +8,6 @@ keep flowing from L1 and the model, and a background probe closes the breaker wh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -25,6 +24,7 @@ from redis.retry import Retry
 from moderator.classifier import Scores, TokenIds
 from moderator.metrics import Metrics
 from moderator.redaction import redact_url
+from moderator.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,7 @@ class ScoreCache:
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            await _cancel(task)
+        await cancel(*tasks)
         client, self._redis = self._redis, None
         if client is not None:
             await client.aclose()
@@ -250,12 +249,3 @@ def _reraise_cancel(exc: BaseException) -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError from exc
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    """Cancel `task` and wait for its end, cancelling again if it swallowed the request."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=0.1)
-    with contextlib.suppress(asyncio.CancelledError):
-        task.result()

@@ -11,7 +11,6 @@ previous policy stays.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -27,6 +26,7 @@ from moderator.connect import start_client, stop_within
 from moderator.errors import PolicyError
 from moderator.metrics import Metrics
 from moderator.policy import Policy, merge_specs
+from moderator.tasks import cancel
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -152,10 +152,7 @@ class PolicyFeed:
         self.task = asyncio.create_task(self._follow(), name="moderator-policies")
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await cancel(self.task)
         if self._consumer is not None:
             await stop_within(self._consumer)
 
@@ -223,14 +220,11 @@ async def follow_policies(
     topic: str,
     kafka_options: Mapping[str, Any],
     metrics: Metrics,
-    on_failure: Callable[[asyncio.Task[None]], object],
 ) -> PolicyFeed | None:
     """Unless `topic` is empty (no policies topic), the feed of per-channel policies into `book`,
-    already caught up with its topic; `on_failure` is called if the feed's task ends."""
+    already caught up with its topic (its owner watches `feed.task`)."""
     if not topic:
         return None
     feed = PolicyFeed(book, topic, kafka_options, metrics)
     await feed.start()
-    assert feed.task is not None
-    feed.task.add_done_callback(on_failure)
     return feed
