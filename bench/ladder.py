@@ -4,7 +4,7 @@ Per message: each text is tokenized and scored alone (batch of one) and timed, i
 the rung's time box runs out (slow rungs therefore see a prefix of the texts; padded rungs cost
 the same whatever the text). Throughput at batch one is messages over the wall time of that loop.
 The backlog rungs (micro-batching, cache) score a whole backlog through the runtime's own
-`BatchScorer` (and `VerdictCache`), pass after pass, and report messages per second.
+`MicroBatcher` (and `ScoreCache`), pass after pass, and report messages per second.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from bench.artifacts import ShapeArtifacts, torch_module
-from moderator.batcher import BatchScorer
-from moderator.cache import VerdictCache, cache_key
+from moderator.batcher import MicroBatcher
+from moderator.cache import ScoreCache, cache_key
 from moderator.classifier import Classifier, TokenIds
 from moderator.config import Settings
 from moderator.metrics import Metrics
@@ -175,18 +175,20 @@ def onnx_dynamic(classifier: Classifier) -> Callable[[str], object]:
 # -- backlog rungs: micro-batching and the cache --------------------------------------------
 
 
-async def _score_backlog(scorer: BatchScorer, classifier: Classifier, texts: Sequence[str]) -> None:
+async def _score_backlog(
+    batcher: MicroBatcher, classifier: Classifier, texts: Sequence[str]
+) -> None:
     ids = classifier.encode(texts)
-    await asyncio.gather(*(scorer.score(i) for i in ids))
+    await asyncio.gather(*(batcher.submit(i) for i in ids))
 
 
 async def _score_cached(
-    scorer: BatchScorer, classifier: Classifier, texts: Sequence[str], l1_size: int
+    batcher: MicroBatcher, classifier: Classifier, texts: Sequence[str], l1_size: int
 ) -> float:
     """The pipeline's cache path on a backlog, in fetch-sized chunks: L1 lookups, identical
     token ids in one fetch scored once. Returns the share of messages that needed no model call.
     """
-    cache = VerdictCache("", metrics=scorer.metrics, ttl_s=60, l1_size=l1_size, timeout_ms=25)
+    cache = ScoreCache("", metrics=batcher.metrics, ttl_s=60, l1_size=l1_size, timeout_ms=25)
     await cache.start()
     model = classifier.info.sha256
     scored = 0
@@ -196,9 +198,9 @@ async def _score_cached(
             keys = [cache_key(model, i) for i in ids]
             found = await cache.get_many(keys)
             misses: dict[bytes, asyncio.Future[Any]] = {}
-            for key, one, (scores, _level) in zip(keys, ids, found, strict=True):
+            for key, one, scores in zip(keys, ids, found, strict=True):
                 if scores is None and key not in misses:
-                    misses[key] = scorer.score(one)
+                    misses[key] = batcher.submit(one)
             scored += len(misses)
             if misses:
                 await asyncio.gather(*misses.values())
@@ -237,13 +239,13 @@ def backlog_rung(
     `concurrency` batches at once."""
 
     async def main() -> RungResult:
-        scorer = BatchScorer(classifier, max_batch=max_batch, metrics=Metrics(),
+        batcher = MicroBatcher(classifier, max_batch=max_batch, metrics=Metrics(),
                              concurrency=concurrency)  # fmt: skip
-        await scorer.start()
+        await batcher.start()
         try:
             if cache_l1 is None:
                 n, secs, _ = await _timed_passes(
-                    lambda: _score_backlog(scorer, classifier, texts), len(texts), budget_s
+                    lambda: _score_backlog(batcher, classifier, texts), len(texts), budget_s
                 )
                 note = f"backlog of {len(texts)}, max_batch {max_batch}" + (
                     f", {concurrency} batches at once (the service's layout)"
@@ -252,12 +254,14 @@ def backlog_rung(
                 )
             else:
                 n, secs, shares = await _timed_passes(
-                    lambda: _score_cached(scorer, classifier, texts, cache_l1), len(texts), budget_s
+                    lambda: _score_cached(batcher, classifier, texts, cache_l1),
+                    len(texts),
+                    budget_s,
                 )
                 note = (f"backlog of {len(texts)}, max_batch {max_batch}, L1 {cache_l1} entries; "
                         f"{shares[0]:.0%} of messages needed no model call")  # fmt: skip
         finally:
-            await scorer.stop()
+            await batcher.stop()
         result = RungResult(
             shape=shape, key=key, label=label, mode="backlog",
             threads=classifier.threads * concurrency,

@@ -1,6 +1,6 @@
 """The whole pipeline through Kafka and Redis, against the bare model on the same texts.
 
-Per model: the bare model scores a backlog in-process (the runtime's `BatchScorer`, max_batch
+Per model: the bare model scores a backlog in-process (the runtime's `MicroBatcher`, max_batch
 the service's default max_batch, same threads); then a fresh `moderator run` (cache off) drains the
 same texts through the embedded broker, and the ratio of the two is the pipeline's share. The
 drain rate is the saturation rate; open-loop runs of the load generator at 25%, 50% and 90% of

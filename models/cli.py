@@ -58,13 +58,7 @@ def _build(args: argparse.Namespace) -> int:
     _say(f"  fused operators: {exported.fused_ops}")
     _say(f"  parity: {exported.parity}")
     (_, per_channel), trials = _pick_quantization(out, args.per_tensor)
-    parity = onnx_export.check_parity(
-        result.module,
-        out / onnx_export.FP32_FILE,
-        out / onnx_export.MODEL_FILE,
-        out / onnx_export.TOKENIZER_FILE,
-        train.MAX_LENGTH,
-    )
+    parity = onnx_export.check_parity(result.module, out, train.MAX_LENGTH)
     onnx_export.write_manifest(
         out,
         name=NAME,
@@ -140,7 +134,6 @@ def _pick_quantization(
     from models import corpus, evaluate, onnx_export
 
     fp32 = out / onnx_export.FP32_FILE
-    tokenizer = out / onnx_export.TOKENIZER_FILE
     candidates = [c for c in QUANT_CANDIDATES if not (per_tensor_only and c[1])]
     with tempfile.TemporaryDirectory(prefix="quant-") as tmp:
         paths: dict[str, Path] = {}
@@ -148,10 +141,10 @@ def _pick_quantization(
             paths[name] = Path(tmp) / f"{len(paths)}.onnx"
             onnx_export.quantize(fp32, paths[name], per_channel=per_channel)
         trials: dict[str, dict[str, float]] = evaluate.real_dev_gaps(
-            fp32, paths, tokenizer, corpus.LABELS
+            out, fp32, paths, corpus.LABELS
         )
         for name, agreement in evaluate.quantization_agreement(
-            fp32, paths, tokenizer, corpus.LABELS
+            out, fp32, paths, corpus.LABELS
         ).items():
             trials[name].update(agreement)
         for name, trial in trials.items():

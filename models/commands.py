@@ -38,7 +38,7 @@ def run_model(args: argparse.Namespace) -> int:
             raise
         print(
             f"moderator model {rest[0]} needs the model extra (no module {exc.name!r}): "
-            "pip install 'chat-moderator[model]' (in a checkout, `make model` installs it)",
+            "pip install 'chat-moderator-tools[model]' (in a checkout, `make model` installs it)",
             file=sys.stderr,
         )
         return 2

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from models import corpus, onnx_export
 from models.realtext import Decide
+from moderator.classifier import Classifier
 from moderator.policy import DEFAULT_ACTIONS, Policy
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ REPORT_FILE = Path(__file__).resolve().parent / "REPORT.md"
 ACTIONS = DEFAULT_ACTIONS  # the report speaks of the default policy's actions
 LATENCY_LENGTHS = (8, 16, 32, 64, 128)
 LATENCY_THREADS = (1, 2)
+CANDIDATE_MAX_LENGTH = 128  # tokens, of the graphs compared before their manifest is written
 
 
 def load_policy() -> tuple[Decide, str]:
@@ -53,7 +55,7 @@ def f1_counts(pred: npt.NDArray[Any], gold: npt.NDArray[Any]) -> dict[str, float
 
 
 @dataclass(frozen=True)
-class Scored:
+class ScoreMatrix:
     """Scores of one model on a list of lines, as {label: score} rows and a matrix."""
 
     matrix: npt.NDArray[np.float32]
@@ -63,16 +65,16 @@ class Scored:
         return {label: float(self.matrix[i, j]) for j, label in enumerate(self.labels)}
 
 
-def score_lines(sess: Any, tok: Any, texts: Sequence[str], labels: Sequence[str]) -> Scored:
-    """Batch of one per line, dynamic shape: exactly what the runtime does for a lone message."""
-    out = np.zeros((len(texts), len(labels)), dtype=np.float32)
-    for i, text in enumerate(texts):
-        ids, mask = onnx_export.encode(tok, text)
-        out[i] = onnx_export.run_session(sess, ids, mask)[0]
-    return Scored(out, tuple(labels))
+def score_each(classifier: Classifier, texts: Sequence[str]) -> ScoreMatrix:
+    """Batch of one per line, through the runtime's `Classifier`: exactly what the service does
+    for a lone message."""
+    out = np.zeros((len(texts), len(classifier.labels)), dtype=np.float32)
+    for i, ids in enumerate(classifier.encode(texts)):
+        out[i] = classifier.score_ids([ids])[0]
+    return ScoreMatrix(out, classifier.labels)
 
 
-def _label_metrics(scored: Scored, gold_rows: Sequence[tuple[str, ...]]) -> dict[str, Any]:
+def _label_metrics(scored: ScoreMatrix, gold_rows: Sequence[tuple[str, ...]]) -> dict[str, Any]:
     per: dict[str, dict[str, float]] = {}
     for j, label in enumerate(scored.labels):
         gold = np.asarray([label in g for g in gold_rows])
@@ -111,9 +113,14 @@ def _action_metrics(pred: Sequence[str], gold: Sequence[str]) -> dict[str, Any]:
 
 
 def measure_latency(
-    paths: Mapping[str, Path], lengths: Sequence[int], threads: Sequence[int], runs: int
+    model_dir: Path,
+    paths: Mapping[str, Path],
+    lengths: Sequence[int],
+    threads: Sequence[int],
+    runs: int,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Median ms per message, batch 1, for each model x threads x length.
+    """Median ms per message, batch 1, for each model x threads x length, scored as the service
+    scores (the runtime's `Classifier`, its threads not spinning).
 
     Rounds interleave every configuration, so load from other processes on a shared machine
     spreads over all of them instead of skewing whichever ran during a busy moment.
@@ -121,27 +128,26 @@ def measure_latency(
     rng = np.random.default_rng(0)
     inputs = {}
     for length in lengths:
-        ids = np.concatenate([[101], rng.integers(1000, 29000, length - 2), [102]])[None, :]
-        inputs[length] = ids.astype(np.int64)
-    sessions = {
-        (kind, t): onnx_export.make_session(path, t)
+        ids = np.concatenate([[101], rng.integers(1000, 29000, length - 2), [102]])
+        inputs[length] = [ids.astype(np.int64)]
+    models = {
+        (kind, t): onnx_export.classifier(model_dir, path, threads=t)
         for kind, path in paths.items()
         for t in threads
     }
     times: dict[tuple[str, int, int], list[float]] = {}
-    for (kind, t), sess in sessions.items():
-        for length, ids in inputs.items():
+    for (kind, t), model in models.items():
+        for length, batch in inputs.items():
             for _ in range(3):  # warm-up
-                onnx_export.run_session(sess, ids, np.ones_like(ids))
+                model.score_ids(batch)
             times[(kind, t, length)] = []
     per_round = 5
     for _ in range(max(1, runs // per_round)):
-        for (kind, t), sess in sessions.items():
-            for length, ids in inputs.items():
-                mask = np.ones_like(ids)
+        for (kind, t), model in models.items():
+            for length, batch in inputs.items():
                 for _ in range(per_round):
                     t0 = time.perf_counter()
-                    onnx_export.run_session(sess, ids, mask)
+                    model.score_ids(batch)
                     times[(kind, t, length)].append((time.perf_counter() - t0) * 1000)
     out: dict[str, dict[str, dict[str, float]]] = {}
     for (kind, t, length), values in times.items():
@@ -165,9 +171,6 @@ def read_unseen(path: Path = corpus.UNSEEN_FILE) -> list[tuple[str, str, str]]:
 def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
     """Measure everything; returns the metrics dict (also the manifest's "metrics")."""
     manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
-    labels = manifest["labels"]
-    max_length = int(manifest.get("max_length", 128))
-    tok = onnx_export.load_tokenizer(model_dir / onnx_export.TOKENIZER_FILE, max_length)
     int8_path = model_dir / onnx_export.MODEL_FILE
     fp32_path = model_dir / manifest.get("fp32_model", onnx_export.FP32_FILE)
     decide, policy_source = load_policy()
@@ -176,9 +179,9 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
     texts = [t for t, _ in held]
     gold_rows = [g for _, g in held]
     gold_act = gold_actions(decide, gold_rows)
-    sessions = {"int8": onnx_export.make_session(int8_path, 2)}
+    classifiers = {"int8": onnx_export.classifier(model_dir)}
     if fp32_path.is_file():
-        sessions["fp32"] = onnx_export.make_session(fp32_path, 2)
+        classifiers["fp32"] = onnx_export.classifier(model_dir, fp32_path)
 
     metrics: dict[str, Any] = {
         "heldout_lines": len(held),
@@ -186,10 +189,10 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
         "policy": policy_source,
         "threshold": 0.5,
     }
-    scored: dict[str, Scored] = {}
+    scored: dict[str, ScoreMatrix] = {}
     acts: dict[str, list[str]] = {}
-    for kind, sess in sessions.items():
-        scored[kind] = score_lines(sess, tok, texts, labels)
+    for kind, model in classifiers.items():
+        scored[kind] = score_each(model, texts)
         per_label = _label_metrics(scored[kind], gold_rows)
         acts[kind] = _actions(decide, [scored[kind].row(i) for i in range(len(texts))])
         metrics[kind] = {
@@ -217,11 +220,11 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
     paths = {k: p for k, p in (("int8", int8_path), ("fp32", fp32_path)) if p.is_file()}
     load_before = os.getloadavg()[0]
     metrics["latency_ms_median_batch1"] = measure_latency(
-        paths, LATENCY_LENGTHS, LATENCY_THREADS, latency_runs
+        model_dir, paths, LATENCY_LENGTHS, LATENCY_THREADS, latency_runs
     )
     metrics["latency_load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
 
-    metrics["real"] = evaluate_real(sessions, tok, labels, decide)
+    metrics["real"] = evaluate_real(classifiers, decide)
 
     for key, path in (
         ("unseen_chat", corpus.UNSEEN_FILE),
@@ -229,24 +232,22 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
         ("unseen_dev", corpus.UNSEEN_DEV_FILE),
     ):
         if path.is_file():
-            metrics[key] = _unseen_table(sessions["int8"], tok, labels, decide, path)
+            metrics[key] = _unseen_table(classifiers["int8"], decide, path)
     metrics["machine"] = f"{platform.machine()}, {_cpu_name()}"
     return metrics
 
 
-def evaluate_real(
-    sessions: Mapping[str, Any], tok: Any, labels: Sequence[str], decide: Decide
-) -> dict[str, Any]:
-    """Our model (each session) and every teacher on the real test splits and identity probe."""
+def evaluate_real(classifiers: Mapping[str, Classifier], decide: Decide) -> dict[str, Any]:
+    """Our model (each graph) and every teacher on the real test splits and identity probe."""
     from models import realeval, realtext, teachers
 
     scorers: dict[str, realeval.Scorer] = {}
-    for kind, sess in sessions.items():
+    for kind, model in classifiers.items():
 
-        def score(texts: Sequence[str], sess: Any = sess) -> npt.NDArray[np.float32]:
-            return realtext.batch_scores(sess, tok, texts)
+        def score(texts: Sequence[str], model: Classifier = model) -> npt.NDArray[np.float32]:
+            return realtext.batch_scores(model, texts)
 
-        scorers[kind] = realeval.model_scorer(score, labels, decide)
+        scorers[kind] = realeval.model_scorer(score, model.labels, decide)
     loaded = teachers.load_all()
     for teacher in loaded:
         scorers[teacher.name] = realeval.teacher_scorer(teacher)
@@ -257,13 +258,11 @@ def evaluate_real(
     return result
 
 
-def _unseen_table(
-    sess: Any, tok: Any, labels: Sequence[str], decide: Decide, path: Path
-) -> dict[str, Any]:
+def _unseen_table(classifier: Classifier, decide: Decide, path: Path) -> dict[str, Any]:
     """The action each hand-written line gets; `nudge` expected accepts any more severe one
     (`review`, `block`) too: the line was to be flagged."""
     unseen = read_unseen(path)
-    scored = score_lines(sess, tok, [t for t, _, _ in unseen], labels)
+    scored = score_each(classifier, [t for t, _, _ in unseen])
     rows: list[dict[str, Any]] = []
     n_ok = 0
     for i, (text, expected, kind) in enumerate(unseen):
@@ -297,17 +296,18 @@ def _cpu_name() -> str:
 
 
 def quantization_agreement(
-    fp32_path: Path, candidates: Mapping[str, Path], tokenizer_path: Path, labels: Sequence[str]
+    model_dir: Path, fp32_path: Path, candidates: Mapping[str, Path], labels: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """Action agreement and score difference of each int8 candidate with fp32 on held-out lines."""
+    """Action agreement and score difference of each int8 candidate with fp32 on held-out lines
+    (`model_dir`: the model being built, for its tokenizer; it has no manifest yet)."""
     decide, _ = load_policy()
-    tok = onnx_export.load_tokenizer(tokenizer_path, 128)
+    info = onnx_export.candidate_info(labels, CANDIDATE_MAX_LENGTH)
     texts = [t for t, _ in corpus.read_tsv(corpus.HELDOUT_FILE)]
-    ref = score_lines(onnx_export.make_session(fp32_path, 2), tok, texts, labels)
+    ref = score_each(onnx_export.classifier(model_dir, fp32_path, info=info), texts)
     ref_acts = np.asarray(_actions(decide, [ref.row(i) for i in range(len(texts))]))
     out: dict[str, dict[str, float]] = {}
     for name, path in candidates.items():
-        got = score_lines(onnx_export.make_session(path, 2), tok, texts, labels)
+        got = score_each(onnx_export.classifier(model_dir, path, info=info), texts)
         acts = np.asarray(_actions(decide, [got.row(i) for i in range(len(texts))]))
         out[name] = {
             "action_agreement": float(np.mean(acts == ref_acts)),
@@ -317,7 +317,7 @@ def quantization_agreement(
 
 
 def real_dev_gaps(
-    fp32_path: Path, candidates: Mapping[str, Path], tokenizer_path: Path, labels: Sequence[str]
+    model_dir: Path, fp32_path: Path, candidates: Mapping[str, Path], labels: Sequence[str]
 ) -> dict[str, dict[str, float]]:
     """Each int8 candidate's largest gap to fp32 (`realeval.int8_gap`, the report's 1-point bar)
     on the real dev split, under the packaged policy: how quantization is chosen without
@@ -325,15 +325,13 @@ def real_dev_gaps(
     from models import realdata, realeval, realtext
 
     decide, _ = load_policy()
-    tok = onnx_export.load_tokenizer(tokenizer_path, 128)
+    info = onnx_export.candidate_info(labels, CANDIDATE_MAX_LENGTH)
     lines = realdata.select(realdata.load(), "dev", realdata.CHAT_LIKE + realdata.TOXIC)
     texts = [ln.text for ln in lines]
 
     def judged(path: Path) -> dict[str, Any]:
-        sess = onnx_export.make_session(path, 2)
-        scorer = realeval.model_scorer(
-            lambda t: realtext.batch_scores(sess, tok, t), labels, decide
-        )
+        model = onnx_export.classifier(model_dir, path, info=info)
+        scorer = realeval.model_scorer(lambda t: realtext.batch_scores(model, t), labels, decide)
         return realeval.judge(lines, scorer(texts))
 
     ref = judged(fp32_path)

@@ -18,10 +18,12 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from moderator.classifier import Classifier, ModelInfo
 
 logger = logging.getLogger(__name__)
 
@@ -191,76 +193,64 @@ def quantize(src: Path, dst: Path, *, per_channel: bool) -> None:
     )
 
 
-def make_session(path: Path, threads: int = 1) -> Any:
-    """An onnxruntime CPU session with a fixed intra-op thread count."""
-    import onnxruntime as ort
+def candidate_info(labels: Sequence[str], max_length: int) -> ModelInfo:
+    """What the manifest will say of an exported graph, before it is written: enough for the
+    runtime's `Classifier` to score it (the graph applies its own activation)."""
+    from moderator.classifier import ModelInfo
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
-def load_tokenizer(path: Path, max_length: int) -> Any:
-    """The runtime's tokenizer set-up: truncation to max_length, no padding."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(path))
-    tok.enable_truncation(max_length)
-    tok.no_padding()
-    return tok
+    return ModelInfo(
+        name="candidate",
+        version="0",
+        labels=tuple(labels),
+        activation="none",
+        activation_in_graph=True,
+        max_length=max_length,
+        sha256="",
+        inputs=INPUT_NAMES,
+        speed_only=False,
+    )
 
 
-def encode(tok: Any, text: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Token ids and attention mask for one normalised line, shaped [1, seq]."""
-    from moderator.normalize import normalize_text
+def classifier(
+    model_dir: Path,
+    graph: Path | None = None,
+    *,
+    threads: int = 2,
+    info: ModelInfo | None = None,
+) -> Classifier:
+    """The runtime's `Classifier` on a model directory's tokenizer and `graph` (its model.onnx
+    by default; the fp32 graph, a quantization candidate), so the tools score text exactly as
+    the service does. `info` stands in for a manifest not written yet (`candidate_info`)."""
+    from moderator.classifier import Classifier
 
-    enc = tok.encode(normalize_text(text))
-    ids = np.asarray([enc.ids], dtype=np.int64)
-    return ids, np.ones_like(ids)
-
-
-def run_session(sess: Any, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Any:
-    """Scores from one session.run, as float32 [batch, n_labels]."""
-    feeds = {"input_ids": ids, "attention_mask": mask}
-    names = {i.name for i in sess.get_inputs()}
-    if "token_type_ids" in names:
-        feeds["token_type_ids"] = np.zeros_like(ids)
-    return sess.run([OUTPUT_NAME], feeds)[0]
+    return Classifier(model_dir, threads=threads, verify=False, graph=graph, info=info)
 
 
 def check_parity(
-    module: Any,
-    fp32_path: Path,
-    int8_path: Path,
-    tokenizer_path: Path,
-    max_length: int,
-    texts: Sequence[str] = PARITY_TEXTS,
+    module: Any, out_dir: Path, max_length: int, texts: Sequence[str] = PARITY_TEXTS
 ) -> dict[str, float]:
-    """Max/mean absolute differences: fp32 ONNX vs torch, int8 vs fp32 (same inputs)."""
+    """Max/mean absolute differences: fp32 ONNX vs torch, int8 vs fp32 (same inputs: each text
+    alone, then all of them in one padded batch, whose padding the masked pooling must ignore)."""
     import torch
 
-    tok = load_tokenizer(tokenizer_path, max_length)
-    fp32 = make_session(fp32_path)
-    int8 = make_session(int8_path)
+    from moderator.classifier import padded
+
+    module.eval()
+    with torch.no_grad():  # the label count, for the runtime's output check
+        probe = torch.ones((1, 2), dtype=torch.long)
+        n_labels = int(module(probe, probe).shape[1])
+    info = candidate_info([f"label_{i}" for i in range(n_labels)], max_length)
+    fp32 = classifier(out_dir, out_dir / FP32_FILE, threads=1, info=info)
+    int8 = classifier(out_dir, out_dir / MODEL_FILE, threads=1, info=info)
+    encoded = fp32.encode(texts)
     ref_diffs: list[float] = []
     q_diffs: list[float] = []
-    batches = [encode(tok, t) for t in texts]
-    # One padded batch too: the masked pooling must ignore padding.
-    width = max(ids.shape[1] for ids, _ in batches)
-    pad_ids = np.zeros((len(batches), width), dtype=np.int64)
-    pad_mask = np.zeros_like(pad_ids)
-    for row, (ids, _) in enumerate(batches):
-        pad_ids[row, : ids.shape[1]] = ids[0]
-        pad_mask[row, : ids.shape[1]] = 1
-    batches.append((pad_ids, pad_mask))
-    module.eval()
-    for ids, mask in batches:
+    for batch in [*([ids] for ids in encoded), encoded]:
+        ids, mask = padded(batch, fp32.pad_id)
         with torch.no_grad():
             ref = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
-        out32 = run_session(fp32, ids, mask)
-        out8 = run_session(int8, ids, mask)
+        out32 = fp32.score_ids(batch)
+        out8 = int8.score_ids(batch)
         ref_diffs.extend(np.abs(out32 - ref).ravel().tolist())
         q_diffs.extend(np.abs(out8 - out32).ravel().tolist())
     return {
@@ -299,7 +289,7 @@ def export_model_dir(
     quantize(fp32_path, int8_path, per_channel=per_channel)
     if tokenizer_path.resolve() != (out_dir / TOKENIZER_FILE).resolve():
         shutil.copyfile(tokenizer_path, out_dir / TOKENIZER_FILE)
-    parity = check_parity(module, fp32_path, int8_path, out_dir / TOKENIZER_FILE, max_length)
+    parity = check_parity(module, out_dir, max_length)
     logger.info("parity: %s", parity)
     return ExportResult(
         out_dir=out_dir,
@@ -357,11 +347,12 @@ def validate_model_dir(out_dir: Path) -> dict[str, Any]:
         raise ModelExportError(f"{manifest_path}: sha256 does not match {MODEL_FILE}")
     if not (out_dir / TOKENIZER_FILE).is_file():
         raise ModelExportError(f"{out_dir}: no {TOKENIZER_FILE}")
-    sess = make_session(out_dir / MODEL_FILE)
-    names = [i.name for i in sess.get_inputs()]
-    if names[:2] != list(INPUT_NAMES) or [o.name for o in sess.get_outputs()] != [OUTPUT_NAME]:
-        raise ModelExportError(f"{out_dir}: unexpected graph inputs/outputs {names}")
-    out = run_session(sess, np.asarray([[101, 102]], dtype=np.int64), np.ones((1, 2), np.int64))
+    scorer = classifier(out_dir, threads=1)  # the runtime checks the graph's inputs
+    outputs = [o.name for o in scorer.session.get_outputs()]
+    names = [i.name for i in scorer.session.get_inputs()]
+    if names[:2] != list(INPUT_NAMES) or outputs != [OUTPUT_NAME]:
+        raise ModelExportError(f"{out_dir}: unexpected graph inputs/outputs {names} {outputs}")
+    out = scorer.score_ids([np.asarray([101, 102], dtype=np.int64)])
     if out.shape != (1, len(manifest["labels"])) or out.dtype != np.float32:
         raise ModelExportError(f"{out_dir}: output shape {out.shape} {out.dtype}")
     return manifest

@@ -14,38 +14,27 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models import onnx_export
+from moderator.classifier import Classifier
 from moderator.policy import DEFAULT_ACTIONS, Verdict
 
 Decide = Callable[[Mapping[str, float]], Verdict]  # Policy.decide
 Matrix = npt.NDArray[np.float32]
 
 
-def batch_scores(sess: Any, tok: Any, texts: Sequence[str], batch: int = 32) -> Matrix:
-    """Model scores for many lines, in input order: length-sorted batches padded per batch.
+def batch_scores(classifier: Classifier, texts: Sequence[str], batch: int = 32) -> Matrix:
+    """Model scores for many lines, in input order, through the runtime's `Classifier`:
+    length-sorted batches padded per batch.
 
     The graph pools with the attention mask, so padding does not change a line's scores beyond
     float rounding; batching only makes tens of thousands of lines affordable.
     """
-    from moderator.normalize import normalize_text
-
-    encoded = [enc.ids for enc in tok.encode_batch([normalize_text(t) for t in texts])]
-    n_labels = int(sess.get_outputs()[0].shape[1]) if sess.get_outputs()[0].shape[1] else 0
+    encoded = classifier.encode(texts)
     order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-    out: Matrix | None = None
+    out = np.zeros((len(texts), len(classifier.labels)), dtype=np.float32)
     for start in range(0, len(order), batch):
         rows = order[start : start + batch]
-        width = max(1, max(len(encoded[i]) for i in rows))
-        ids = np.zeros((len(rows), width), dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for r, i in enumerate(rows):
-            ids[r, : len(encoded[i])] = encoded[i]
-            mask[r, : len(encoded[i])] = 1
-        scores = onnx_export.run_session(sess, ids, mask)
-        if out is None:
-            out = np.zeros((len(texts), n_labels or scores.shape[1]), dtype=np.float32)
-        out[rows] = scores
-    return out if out is not None else np.zeros((0, n_labels), dtype=np.float32)
+        out[rows] = classifier.score_ids([encoded[i] for i in rows])
+    return out
 
 
 def auc(positive: npt.NDArray[Any], negative: npt.NDArray[Any]) -> float:

@@ -70,18 +70,14 @@ def header(result: Mapping[str, Any], model: str) -> str:
 def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str], list[str]]:
     """int8 scores of the real benign chat-like dev lines and the real toxic dev lines, the
     model's labels, and each toxic line's family (`realdata.Line.family`)."""
-    manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
-    tok = onnx_export.load_tokenizer(
-        model_dir / onnx_export.TOKENIZER_FILE, int(manifest.get("max_length", 128))
-    )
-    sess = onnx_export.make_session(model_dir / onnx_export.MODEL_FILE, 2)
+    model = onnx_export.classifier(model_dir)
     lines = realdata.load()
     benign = [ln.text for ln in realdata.select(lines, "dev", realdata.CHAT_LIKE)]
     toxic = [ln for ln in realdata.select(lines, "dev", realdata.TOXIC) if ln.toxic]
     return (
-        realtext.batch_scores(sess, tok, benign),
-        realtext.batch_scores(sess, tok, [ln.text for ln in toxic]),
-        list(manifest["labels"]),
+        realtext.batch_scores(model, benign),
+        realtext.batch_scores(model, [ln.text for ln in toxic]),
+        list(model.labels),
         [ln.family for ln in toxic],
     )
 

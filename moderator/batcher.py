@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from moderator.classifier import Classifier, Scores, TokenIds
 from moderator.metrics import Metrics
+from moderator.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,9 @@ def _name_thread() -> None:
         ctypes.CDLL(None).prctl(_PR_SET_NAME, SCORER_THREAD_NAME.encode(), 0, 0, 0)
 
 
-class Scored(NamedTuple):
+class ModelResult(NamedTuple):
+    """The model's scores for one submitted sequence, and how long it took."""
+
     scores: Scores  # one row: [n_labels]
     queued_s: float  # from submission to the start of its batch
     score_s: float  # the batch's model time
@@ -46,12 +49,12 @@ class Scored(NamedTuple):
 
 class _Job(NamedTuple):
     ids: TokenIds
-    future: asyncio.Future[Scored]
+    future: asyncio.Future[ModelResult]
     submitted: float
 
 
-class BatchScorer:
-    """Runs `classifier.score_ids` on `concurrency` threads of its own; `score()` is the async
+class MicroBatcher:
+    """Runs `classifier.score_ids` on `concurrency` threads of its own; `submit()` is the async
     front door."""
 
     def __init__(
@@ -79,15 +82,9 @@ class BatchScorer:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            # A model failure that ended it was reported through `task` to its owner already.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        for running in list(self._running):
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
+        # A model failure that ended it was reported through `task` to its owner already.
+        await cancel(task)
+        await cancel(*self._running)
         for job in self._pending:
             job.future.cancel()
         self._pending.clear()
@@ -100,11 +97,11 @@ class BatchScorer:
         """The scoring task, so the owner can watch that it never dies silently."""
         return self._task
 
-    def score(self, ids: TokenIds) -> asyncio.Future[Scored]:
-        """Queue one sequence for scoring; the future resolves with its row of scores."""
+    def submit(self, ids: TokenIds) -> asyncio.Future[ModelResult]:
+        """Queue one sequence for the model; the future resolves with its row of scores."""
         if self._task is None:
-            raise RuntimeError("BatchScorer.score() before start()")
-        future: asyncio.Future[Scored] = asyncio.get_running_loop().create_future()
+            raise RuntimeError("MicroBatcher.submit() before start()")
+        future: asyncio.Future[ModelResult] = asyncio.get_running_loop().create_future()
         self._pending.append(_Job(ids, future, time.perf_counter()))
         self._wakeup.set()
         return future
@@ -125,16 +122,16 @@ class BatchScorer:
                     if self._failed is not None:
                         raise self._failed
                     batch, start = jobs[start : start + size], start + size
-                    task = asyncio.create_task(self._score(batch), name="batch-scorer-batch")
+                    task = asyncio.create_task(self._run_batch(batch), name="batch-scorer-batch")
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
             except BaseException:  # stopped or failed: nobody will score the rest of the round
                 _cancel(jobs[start:])
                 raise
 
-    async def _score(self, batch: list[_Job]) -> None:
+    async def _run_batch(self, batch: list[_Job]) -> None:
         """One batch on a free scoring thread. A model failure (a bug or a broken model) fails
-        its callers and then the scorer's task, loudly."""
+        its callers and then the batcher's task, loudly."""
         began = time.perf_counter()
         try:
             scores = await asyncio.get_running_loop().run_in_executor(
@@ -156,7 +153,7 @@ class BatchScorer:
         self.metrics.batch_size.observe(len(batch))
         for row, job in zip(scores, batch, strict=True):
             if not job.future.done():
-                job.future.set_result(Scored(row, began - job.submitted, took))
+                job.future.set_result(ModelResult(row, began - job.submitted, took))
 
 
 def _cancel(jobs: Sequence[_Job]) -> None:

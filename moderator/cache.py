@@ -1,4 +1,4 @@
-"""Two-level verdict cache: an in-process LRU, then Redis, keyed on model digest + token ids.
+"""Two-level score cache: an in-process LRU, then Redis, keyed on model digest + token ids.
 
 The cache stores label scores, never actions, so a policy change needs no invalidation. Redis is
 an optimisation, not a dependency: when it fails or is slow, a circuit breaker opens, decisions
@@ -8,13 +8,11 @@ keep flowing from L1 and the model, and a background probe closes the breaker wh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 import orjson
@@ -26,16 +24,17 @@ from redis.retry import Retry
 from moderator.classifier import Scores, TokenIds
 from moderator.metrics import Metrics
 from moderator.redaction import redact_url
+from moderator.tasks import cancel
 
 log = logging.getLogger(__name__)
 
+# The stored format's name: renaming it would orphan every entry already in Redis.
 KEY_PREFIX = "moderator:verdict:v1:"
 WARN_EVERY_S = 60.0
-Level = Literal["l1", "redis", "miss"]
 
 
 def cache_key(model_sha256: str, ids: TokenIds) -> bytes:
-    """Key of one verdict: the model file's sha256 and a 128-bit hash of the token ids.
+    """Key of one text's scores: the model file's sha256 and a 128-bit hash of its token ids.
 
     The digest, not the manifest's `name@version`: a hand-written manifest may reuse a version
     for other weights, and a day of stale scores would follow from Redis. 128 bits of it.
@@ -69,7 +68,7 @@ class LruCache:
             self._data.popitem(last=False)
 
 
-class VerdictCache:
+class ScoreCache:
     """L1 + Redis. `get_many` never raises for Redis trouble and never waits past the timeout."""
 
     def __init__(
@@ -123,8 +122,7 @@ class VerdictCache:
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            await _cancel(task)
+        await cancel(*tasks)
         client, self._redis = self._redis, None
         if client is not None:
             await client.aclose()
@@ -178,17 +176,13 @@ class VerdictCache:
             self.metrics.redis_up.set(1)
             log.info("redis at %s is available", redact_url(self.redis_url))
 
-    async def get_many(self, keys: Sequence[bytes]) -> list[tuple[Scores | None, Level]]:
+    async def get_many(self, keys: Sequence[bytes]) -> list[Scores | None]:
         """Look each key up in L1, then the L1 misses in Redis with one MGET."""
-        results: list[tuple[Scores | None, Level]] = []
-        for key in keys:
-            hit = self.l1.get(key)
-            results.append((hit, "l1") if hit is not None else (None, "miss"))
-        l1_hits = sum(1 for _, level in results if level == "l1")
-        self.metrics.cache_requests.labels("l1", "hit").inc(l1_hits)
-        self.metrics.cache_requests.labels("l1", "miss").inc(len(keys) - l1_hits)
+        results = [self.l1.get(key) for key in keys]
+        missing = [i for i, hit in enumerate(results) if hit is None]
+        self.metrics.cache_requests.labels("l1", "hit").inc(len(keys) - len(missing))
+        self.metrics.cache_requests.labels("l1", "miss").inc(len(missing))
 
-        missing = [i for i, (_, level) in enumerate(results) if level == "miss"]
         if not missing or self._redis is None or not self._redis_up.is_set():
             return results
         try:
@@ -208,14 +202,14 @@ class VerdictCache:
                 log.warning("ignoring a corrupt cache entry %r", keys[i])
                 continue
             self.l1.put(keys[i], scores)
-            results[i] = (scores, "redis")
+            results[i] = scores
             redis_hits += 1
         self.metrics.cache_requests.labels("redis", "hit").inc(redis_hits)
         self.metrics.cache_requests.labels("redis", "miss").inc(len(missing) - redis_hits)
         return results
 
     def put_many(self, items: Sequence[tuple[bytes, Scores]]) -> None:
-        """Store fresh verdicts: L1 at once, Redis in the background (dropped while it is down)."""
+        """Store fresh scores: L1 at once, Redis in the background (dropped while it is down)."""
         for key, scores in items:
             self.l1.put(key, scores)
             if self._redis is None or not self._redis_up.is_set():
@@ -255,12 +249,3 @@ def _reraise_cancel(exc: BaseException) -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError from exc
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    """Cancel `task` and wait for its end, cancelling again if it swallowed the request."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=0.1)
-    with contextlib.suppress(asyncio.CancelledError):
-        task.result()

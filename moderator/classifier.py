@@ -100,13 +100,28 @@ class Classifier:
     `encode` never pads; `score_ids` pads a batch only to its own longest member.
     """
 
-    def __init__(self, model_dir: Path, *, threads: int = 1, verify: bool = True) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        threads: int = 1,
+        verify: bool = True,
+        graph: Path | None = None,
+        info: ModelInfo | None = None,
+    ) -> None:
+        """The model in `model_dir`, its `model.onnx` checked against the manifest (`verify`).
+
+        For the model builder, which scores as the service does before a model directory is
+        finished: `graph` is another ONNX file to run with this directory's tokenizer (the fp32
+        graph, a quantization candidate; never checked), `info` stands in for a manifest not
+        written yet.
+        """
         self.model_dir = model_dir
-        self.info = ModelInfo.load(model_dir)
-        model_path = model_dir / "model.onnx"
+        self.info = ModelInfo.load(model_dir) if info is None else info
+        model_path = model_dir / "model.onnx" if graph is None else graph
         if not model_path.is_file():
-            raise ModelError(f"{model_dir}: no model.onnx")
-        if verify:
+            raise ModelError(f"{model_path.parent}: no {model_path.name}")
+        if verify and graph is None:
             digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
             if digest != self.info.sha256:
                 raise ModelError(
@@ -169,8 +184,11 @@ class Classifier:
         cap = limit * HEAD_CHARS_PER_TOKEN
         heads = [_head(t, cap) for t in normalized]
         ids = [e.ids for e in self.tokenizer.encode_batch(heads)]
-        again = [i for i, (h, t) in enumerate(zip(heads, normalized, strict=True))
-                 if len(h) < len(t) and len(ids[i]) < limit]  # fmt: skip
+        again = [
+            i
+            for i, (h, t) in enumerate(zip(heads, normalized, strict=True))
+            if len(h) < len(t) and len(ids[i]) < limit
+        ]
         if again:
             whole = self.tokenizer.encode_batch([normalized[i] for i in again])
             for i, encoding in zip(again, whole, strict=True):
@@ -185,8 +203,12 @@ class Classifier:
         if self._warm:
             return 0
         word = self.tokenizer.token_to_id("the") or self.pad_id + 1
-        shapes = [(batch, length) for length in WARM_LENGTHS if length <= self.info.max_length
-                  for batch in sorted({1, max(1, max_batch)})]  # fmt: skip
+        shapes = [
+            (batch, length)
+            for length in WARM_LENGTHS
+            if length <= self.info.max_length
+            for batch in sorted({1, max(1, max_batch)})
+        ]
         for batch, length in shapes:
             ids = np.full(length, word, dtype=np.int64)
             self.score_ids([ids] * batch)
@@ -202,12 +224,7 @@ class Classifier:
         """Scores `[len(batch), n_labels]` for token-id sequences, padded to the longest one."""
         if not batch:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
-        longest = max(len(ids) for ids in batch)
-        input_ids = np.full((len(batch), longest), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(batch), longest), dtype=np.int64)
-        for row, ids in enumerate(batch):
-            input_ids[row, : len(ids)] = ids
-            mask[row, : len(ids)] = 1
+        input_ids, mask = padded(batch, self.pad_id)
         feeds = {"input_ids": input_ids, "attention_mask": mask}
         if self._needs_token_types:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
@@ -221,13 +238,20 @@ class Classifier:
             scores = _activate(scores, self.info.activation)
         return scores
 
-    def score_texts(self, texts: Sequence[str]) -> Scores:
-        """Convenience for tools: encode and score in one call (one padded batch)."""
-        return self.score_ids(self.encode(texts))
-
     def as_dict(self, scores: Scores) -> dict[str, float]:
         """One row of scores keyed by label."""
         return {label: float(s) for label, s in zip(self.labels, scores, strict=True)}
+
+
+def padded(batch: Sequence[TokenIds], pad_id: int) -> tuple[TokenIds, TokenIds]:
+    """(input ids, attention mask) of `batch`, each `[len(batch), longest]`, padded with pad_id."""
+    longest = max(len(ids) for ids in batch)
+    input_ids = np.full((len(batch), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(batch), longest), dtype=np.int64)
+    for row, ids in enumerate(batch):
+        input_ids[row, : len(ids)] = ids
+        mask[row, : len(ids)] = 1
+    return input_ids, mask
 
 
 WARM_LENGTHS = (8, 16, 32, 64, 128)  # token counts `warm_up` runs

@@ -16,22 +16,22 @@ from typing import IO
 
 import orjson
 
-from moderator import __version__, logs, loop, policies
+from moderator import __version__, logs, loop, policy_admin
+from moderator.channel_policies import DEFAULT_KEY, layered
 from moderator.classifier import Classifier, ModelInfo
 from moderator.config import (
     DEFAULT_MODEL_DIR,
-    LOG_FORMATS,
-    LOG_LEVELS,
     Settings,
     add_setting_flags,
-    log_settings,
     settings_from_args,
 )
 from moderator.errors import ConfigError, ModeratorError
-from moderator.policy import EMPTY_TEXT, Policy, Verdict, read_spec
+from moderator.logs import LOG_FORMATS, LOG_LEVELS, log_settings
+from moderator.policy import Policy, read_spec
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
+from moderator.verdicts import decide_texts
 
 log = logging.getLogger("moderator")
 
@@ -39,7 +39,6 @@ log = logging.getLogger("moderator")
 # `dev` and `demo` (devstack, the embedded broker) and `model` (models, torch). The runtime never
 # imports them; each entry point is a function that adds its subcommands to the parser.
 COMMANDS = "moderator.commands"
-_json_logs = [False]  # whether main() set up JSON logs: progress lines then go to the log too
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,11 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"moderator: error: {exc}", file=sys.stderr)
         return exc.exit_code
     logs.configure(log_format, level, verbose=args.verbose)
-    _json_logs[:] = [log_format == "json"]
     try:
         code: int = args.command(args)
     except ModeratorError as exc:  # the exit code says whether a restart can help (errors.py)
-        if _json_logs[0]:
+        if logs.writes_json():
             log.error("moderator: error: %s", scrub(str(exc)))
         else:
             print(f"moderator: error: {scrub(str(exc))}", file=sys.stderr)
@@ -104,13 +102,19 @@ def _parser() -> argparse.ArgumentParser:
     pol = sub.add_parser("policy", help="per-channel policies on the policies topic")
     pol_sub = pol.add_subparsers(required=True, metavar="ACTION")
     for name, help_text, args_ in (
-        ("put", "publish a policy file (TOML or JSON) for CHANNEL (* = the default)",
-         ("channel", "file")),
+        (
+            "put",
+            "publish a policy file (TOML or JSON) for CHANNEL (* = the default)",
+            ("channel", "file"),
+        ),
         ("get", "print CHANNEL's policy as JSON", ("channel",)),
-        ("delete", "remove CHANNEL's policy (a tombstone): the default applies again",
-         ("channel",)),
+        (
+            "delete",
+            "remove CHANNEL's policy (a tombstone): the default applies again",
+            ("channel",),
+        ),
         ("list", "every channel with a policy, and its name@version", ()),
-    ):  # fmt: skip
+    ):
         cmd = pol_sub.add_parser(name, help=help_text)
         for arg in args_:
             cmd.add_argument(arg, type=Path if arg == "file" else str)
@@ -126,11 +130,19 @@ def _parser() -> argparse.ArgumentParser:
 def log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
     """`--log-format` and `--log-level`, before or after the command (`moderator run --log-…`);
     a command's copy defaults to SUPPRESS so it does not erase the value given before it."""
-    parser.add_argument("--log-format", default=default, choices=LOG_FORMATS,
-                        help="text | json lines [MODERATOR_LOG_FORMAT, default: text]")  # fmt: skip
-    parser.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS,
-                        help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: "
-                        "INFO]")  # fmt: skip
+    parser.add_argument(
+        "--log-format",
+        default=default,
+        choices=LOG_FORMATS,
+        help="text | json lines [MODERATOR_LOG_FORMAT, default: text]",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=default,
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: INFO]",
+    )
 
 
 class _Version(argparse.Action):
@@ -168,7 +180,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def say(line: str) -> None:
     """A progress line on stdout, flushed at once (start-up must never look silent); with JSON
     logs, a log line instead, so a log shipper reads nothing but JSON."""
-    if _json_logs[0]:
+    if logs.writes_json():
         log.info("%s", line)
     else:
         print(line, flush=True)
@@ -212,8 +224,10 @@ async def serve(
     host = settings.metrics_host.strip("[]")
     host = f"[{host}]" if ":" in host else host
     say(f"metrics  http://{host}:{moderator.metrics_port}/metrics (/healthz, /readyz)")
-    say(f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
-         f"{settings.dlq_topic}; Ctrl+C to stop")  # fmt: skip
+    say(
+        f"topics   {settings.in_topic} → {settings.out_topic}, dead letters → "
+        f"{settings.dlq_topic}; Ctrl+C to stop"
+    )
     await moderator.run()
     for task in stopping:
         await task
@@ -230,15 +244,15 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         raise ConfigError("MODERATOR_POLICY_TOPIC is empty: there is no policies topic")
     topic, kafka = settings.policy_topic, settings.kafka_options()
     if args.action == "delete":
-        loop.run(policies.write(kafka, topic, args.channel, None))
+        loop.run(policy_admin.write(kafka, topic, args.channel, None))
         say(f"{topic}: {args.channel} removed (the default applies)")
         return 0
-    state = loop.run(policies.read_state(kafka, topic, Policy.load(settings.policy)))
+    state = loop.run(policy_admin.read_state(kafka, topic, Policy.load(settings.policy)))
     if args.action == "put":
         spec = read_spec(args.file)
-        below = state.book.base if args.channel == policies.DEFAULT_KEY else state.book.default
-        checked = policies.layered(below.spec, spec, str(args.file))
-        loop.run(policies.write(kafka, topic, args.channel, spec))
+        below = state.book.base if args.channel == DEFAULT_KEY else state.book.default
+        checked = layered(below.spec, spec, str(args.file))
+        loop.run(policy_admin.write(kafka, topic, args.channel, spec))
         say(f"{topic}: {args.channel} → {checked.ident}")
     elif args.action == "get":
         if args.channel not in state.live:
@@ -247,20 +261,8 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         print(orjson.dumps(state.live[args.channel], option=orjson.OPT_INDENT_2).decode())
     else:  # list: what the moderators make of each key's last record
         for key in sorted(state.live.keys() | state.refused.keys()):
-            print(f"{key}\t{_listed(state, key)}")
+            print(f"{key}\t{state.listed(key)}")
     return 0
-
-
-def _listed(state: policies.TopicState, key: str) -> str:
-    """`name@version` of what decides `key`, or why the moderators refuse its last record."""
-    spec, effect = state.live.get(key, {}), state.in_effect(key)
-    written = f"{spec.get('name', '?')}@{spec.get('version', '?')}"
-    if key in state.refused:
-        kept = f" (in effect: {effect.ident})" if effect is not None else ""
-        return f"{written}\tREJECTED: {state.refused[key]}{kept}"
-    if effect is None:  # valid when written, not over the default the topic holds now
-        return f"{written}\tREJECTED: not valid over the default {state.book.default.ident}"
-    return effect.ident
 
 
 # -- score -------------------------------------------------------------------------------------
@@ -274,7 +276,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     policy.check_labels(classifier.labels)
     failures = 0
     for chunk in _chunks(sys.stdin, max(args.batch, 1)):
-        failures += score_lines(chunk, classifier, policy, sys.stdout)
+        failures += decide_lines(chunk, classifier, policy, sys.stdout)
     return 1 if failures else 0
 
 
@@ -290,11 +292,10 @@ def _chunks(stream: IO[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: IO[str]) -> int:
+def decide_lines(lines: list[str], classifier: Classifier, policy: Policy, out: IO[str]) -> int:
     """Write one decision (or one error) per JSON line, in order; return the error count."""
     rows: list[dict[str, object]] = []
     texts: list[str] = []
-    denied: dict[int, Verdict] = {}  # by index into texts
     for line in lines:
         try:
             data = orjson.loads(line)
@@ -308,29 +309,19 @@ def score_lines(lines: list[str], classifier: Classifier, policy: Policy, out: I
         row = {k: data[k] for k in ("message_id", "channel_id", "user_id") if k in data}
         row["text"] = data["text"]
         rows.append(row)
-        text = policy.without_allowed(data["text"])
-        if (verdict := policy.deny_verdict(text)) is not None:
-            denied[len(texts)] = verdict
-        texts.append(text)
-    encoded = classifier.encode(texts)
-    scorable = [
-        i for i, ids in enumerate(encoded) if i not in denied and classifier.has_content(ids)
-    ]
-    scores = classifier.score_ids([encoded[i] for i in scorable])
-    by_index = dict(zip(scorable, scores, strict=True))
-    text_index = 0
+        texts.append(data["text"])
+    decided = iter(decide_texts(classifier, policy, texts))
     for row in rows:
         if "error" not in row:
-            row_scores = by_index.get(text_index)
-            raw = classifier.as_dict(row_scores) if row_scores is not None else {}
-            verdict = denied.get(text_index) or (
-                policy.decide(raw) if row_scores is not None else EMPTY_TEXT
+            verdict, scores = next(decided)
+            row.update(
+                action=verdict.action,
+                reason=verdict.reason,
+                severity=verdict.severity,
+                scores={k: round(v, 4) for k, v in scores.items()},
+                model=classifier.info.ident,
+                policy=policy.ident,
             )
-            named = {k: round(v, 4) for k, v in raw.items()}
-            row.update(action=verdict.action, reason=verdict.reason, severity=verdict.severity,
-                       scores=named,
-                       model=classifier.info.ident, policy=policy.ident)  # fmt: skip
-            text_index += 1
         out.write(orjson.dumps(row).decode() + "\n")
     out.flush()
     return sum(1 for row in rows if "error" in row)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import os
 import typing
 from collections.abc import Callable, Mapping
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from moderator.degrade import MODES as DEGRADED_MODES
 from moderator.errors import ConfigError
 from moderator.redaction import redact_url, url_secrets
 
@@ -36,6 +34,8 @@ def available_cores() -> int:
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 OFFSET_RESETS = ("earliest", "latest")
+# What a late cache miss gets under overload (moderator/degrade.py); `off` waits for the model.
+DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
 
 HELP = {
@@ -142,9 +142,18 @@ class Settings:
             raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
         if self.redis_url:
             self._check_redis_url(bad)
-        positive = ("threads", "batch_threads", "budget_ms", "max_batch", "max_in_flight",
-                    "max_record_bytes", "cache_ttl_s", "redis_timeout_ms", "commit_interval_s",
-                    "shutdown_timeout_s")  # fmt: skip
+        positive = (
+            "threads",
+            "batch_threads",
+            "budget_ms",
+            "max_batch",
+            "max_in_flight",
+            "max_record_bytes",
+            "cache_ttl_s",
+            "redis_timeout_ms",
+            "commit_interval_s",
+            "shutdown_timeout_s",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")
@@ -185,8 +194,11 @@ class Settings:
         except ValueError:
             parts = parts._replace(fragment="x")
         if parts.fragment:
-            raise bad("redis_url", "is not a valid URL: percent-encode '#', '/', '?' and '%' "
-                      "in the user name and password")  # fmt: skip
+            raise bad(
+                "redis_url",
+                "is not a valid URL: percent-encode '#', '/', '?' and '%' "
+                "in the user name and password",
+            )
 
     def __repr__(self) -> str:
         """Settings without secrets: no SASL password, no password in the Redis URL."""
@@ -334,28 +346,3 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
     }
     overrides.update({k: v for k, v in extra.items() if v is not None})
     return Settings.from_env(**overrides)
-
-
-LOG_FORMATS = ("text", "json")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-def log_settings(
-    environ: Mapping[str, str] | None = None,
-    *,
-    log_format: str | None = None,
-    log_level: str | None = None,
-) -> tuple[str, int]:
-    """(format, level) from `--log-format` / `--log-level` or MODERATOR_LOG_FORMAT / _LOG_LEVEL.
-
-    Apart from `Settings`: logging is set up before a command builds its settings, and for
-    commands (score, model) that have none.
-    """
-    environ = os.environ if environ is None else environ
-    fmt = (log_format or environ.get(f"{ENV_PREFIX}LOG_FORMAT") or "text").lower()
-    level = (log_level or environ.get(f"{ENV_PREFIX}LOG_LEVEL") or "INFO").upper()
-    if fmt not in LOG_FORMATS:
-        raise ConfigError(f"{ENV_PREFIX}LOG_FORMAT: {fmt!r} is not {'|'.join(LOG_FORMATS)}")
-    if level not in LOG_LEVELS:
-        raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL: {level!r} is not {'|'.join(LOG_LEVELS)}")
-    return fmt, logging.getLevelName(level)

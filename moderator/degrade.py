@@ -4,33 +4,35 @@ Under overload the backlog must drain, so a message that is already older than i
 it is fetched (and not in the cache) skips the model: it gets the configured fail-open (`allow`)
 or fail-closed (`block`) action, or a cheap lexical check against a deny list (`lexical`), and
 is marked `degraded: true`. `off` (the default) always waits for the model.
+
+The deny list is matched as a policy's deny terms are (moderator/terms.py): obfuscation is seen
+through, and only whole words match, so "skys the limit" is not "kys".
 """
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 
+from moderator.config import DEGRADED_MODES, Settings
 from moderator.errors import ConfigError
-from moderator.normalize import normalize_text
 from moderator.policy import Verdict
+from moderator.terms import Term, TermMatcher
 
-MODES = ("off", "allow", "block", "lexical")
 DENYLIST_REASON = "denylist"
 OVERLOAD_REASON = "overload"
 
 
 class Fallback:
-    """The fast decision for late messages under one of `MODES` (never built for `off`)."""
+    """The fast decision for late messages under one of the degraded modes but `off`."""
 
     def __init__(self, mode: str, phrases: list[str]) -> None:
-        if mode not in MODES or mode == "off":
-            raise ConfigError(f"MODERATOR_DEGRADED_MODE: {mode!r} is not one of {MODES[1:]}")
+        if mode not in DEGRADED_MODES or mode == "off":
+            modes = DEGRADED_MODES[1:]
+            raise ConfigError(f"MODERATOR_DEGRADED_MODE: {mode!r} is not one of {modes}")
         self.mode = mode
-        words = sorted({normalize_text(p).lower() for p in phrases if p.strip()}, key=len)
-        alternatives = "|".join(re.escape(w) for w in reversed(words))
-        self._pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)") if words else None
+        terms = [Term(p, DENYLIST_REASON, action="block", source=DENYLIST_REASON) for p in phrases]
+        self._matcher = TermMatcher(terms)
 
     @classmethod
     def load(cls, mode: str, denylist: Path | None = None) -> Fallback:
@@ -50,6 +52,14 @@ class Fallback:
             return Verdict("allow", OVERLOAD_REASON)
         if self.mode == "block":
             return Verdict("block", OVERLOAD_REASON)
-        if self._pattern is not None and self._pattern.search(normalize_text(text).lower()):
+        if self._matcher.find(text):
             return Verdict("block", DENYLIST_REASON)
         return Verdict("allow", None)
+
+
+def fallback_for(settings: Settings) -> Fallback | None:
+    """The fallback `degraded_mode` names, with `denylist`; None for `off`, which waits for the
+    model."""
+    if settings.degraded_mode == "off":
+        return None
+    return Fallback.load(settings.degraded_mode, settings.denylist)

@@ -1,9 +1,9 @@
 """One root for the project's exceptions.
 
 Bad input is data, not an exception that escapes: it becomes a dead letter with an `InvalidRecord`
-reason. A broken dependency is an outage (`retriable`); anything else is a bug and crashes loudly.
-Each error carries the exit code a supervisor acts on (sysexits.h): a configuration error is 78
-(EX_CONFIG, not worth a restart), a dependency unreachable at start-up 69 (EX_UNAVAILABLE).
+reason. Anything else that is not one of these errors is a bug and crashes loudly. Each error
+carries the exit code a supervisor acts on (sysexits.h): a configuration error is 78 (EX_CONFIG,
+not worth a restart), a dependency unreachable at start-up 69 (EX_UNAVAILABLE, restarted).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ EX_CONFIG = 78
 class ModeratorError(Exception):
     """Root of every error this project raises on purpose."""
 
-    retriable = False
     exit_code = 2
 
 
@@ -49,12 +48,10 @@ class InvalidRecord(ModeratorError):
 class KafkaConnectError(ModeratorError):
     """A Kafka client could not connect or authenticate at start-up; the message says why."""
 
-    retriable = True
     exit_code = EX_UNAVAILABLE
 
 
 class ListenError(ModeratorError):
     """The metrics endpoint cannot listen on its address (most often: the port is taken)."""
 
-    retriable = True  # usually the previous instance, still exiting
-    exit_code = EX_UNAVAILABLE
+    exit_code = EX_UNAVAILABLE  # usually the previous instance, still exiting

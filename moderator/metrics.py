@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -23,12 +24,16 @@ from moderator.errors import ListenError
 log = logging.getLogger(__name__)
 
 NAMESPACE = "moderator"
-LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03,
-                     0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5)  # fmt: skip
+LATENCY_BUCKETS_S = (
+    *(0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03),
+    *(0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5),
+)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 # Send to decision: fine around a tens-of-milliseconds budget, coarse out to a minute-old backlog.
-END_TO_END_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0,
-                        2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
+END_TO_END_BUCKETS_S = (
+    *(0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0),
+    *(2.5, 5.0, 10.0, 30.0, 60.0),
+)
 
 
 class Metrics:
@@ -37,64 +42,66 @@ class Metrics:
     def __init__(self, budget_s: float = 0.05) -> None:
         """`budget_s` is also a bucket bound of `end_to_end_seconds`: the share of decisions
         within budget is then exact, whatever the budget."""
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        ns = NAMESPACE
-        self.consumed = Counter("messages_consumed", "Inbound records fetched", namespace=ns,
-                                registry=r)  # fmt: skip
-        self.decisions = Counter("decisions", "Decisions published, by action", ["action"],
-                                 namespace=ns, registry=r)  # fmt: skip
-        self.dead_letters = Counter("dead_letters", "Records sent to the dead-letter topic",
-                                    ["reason"], namespace=ns, registry=r)  # fmt: skip
-        self.cache_requests = Counter("cache_requests", "Verdict cache lookups",
-                                      ["level", "result"], namespace=ns, registry=r)  # fmt: skip
-        self.cache_writes_dropped = Counter("cache_writes_dropped",
-                                            "Verdicts not written to Redis (down or backlog)",
-                                            namespace=ns, registry=r)  # fmt: skip
-        self.redis_errors = Counter("redis_errors", "Failed or timed-out Redis calls",
-                                    namespace=ns, registry=r)  # fmt: skip
-        self.redis_up = Gauge("redis_up", "1 while the Redis circuit breaker is closed",
-                              namespace=ns, registry=r)  # fmt: skip
-        self.stage_seconds = Histogram("stage_seconds",
-                                       "Time per message in each stage: queue (waiting for a "
-                                       "model batch) and score (the model call) count the "
-                                       "messages the model scored; total (fetched to decided) "
-                                       "counts every decision, cached and degraded included; "
-                                       "dead letters count in none", ["stage"],
-                                       buckets=LATENCY_BUCKETS_S, namespace=ns,
-                                       registry=r)  # fmt: skip
-        self.end_to_end = Histogram("end_to_end_seconds",
-                                    "Decisions by decided_at_ms - sent_at_ms: the latency each "
-                                    "is judged by against the budget (clock skew below 0 "
-                                    "counts as 0)", buckets=sorted({*END_TO_END_BUCKETS_S,
-                                                                    budget_s}),
-                                    namespace=ns, registry=r)  # fmt: skip
-        self.batch_size = Histogram("batch_size", "Messages per model batch",
-                                    buckets=BATCH_BUCKETS, namespace=ns, registry=r)  # fmt: skip
-        self.over_budget = Counter("over_budget", "Decisions later than the latency budget",
-                                   namespace=ns, registry=r)  # fmt: skip
-        self.degraded = Counter("degraded_decisions", "Late messages decided without the model",
-                                ["action"], namespace=ns, registry=r)  # fmt: skip
-        self.in_flight = Gauge("in_flight", "Messages fetched and not yet acknowledged",
-                               namespace=ns, registry=r)  # fmt: skip
-        self.consumer_lag = Gauge("consumer_lag", "Records behind the partition's high-water mark",
-                                  ["topic", "partition"], namespace=ns, registry=r)  # fmt: skip
-        self.publish_retries = Counter("publish_retries", "Decision or dead-letter re-sends",
-                                       namespace=ns, registry=r)  # fmt: skip
-        self.publish_refused = Counter("publish_refused",
-                                       "Outcomes the broker refused for good, diverted to the "
-                                       "dead-letter topic", ["outcome"], namespace=ns,
-                                       registry=r)  # fmt: skip
-        self.commits = Counter("commits", "Offset commits", ["result"], namespace=ns,
-                               registry=r)  # fmt: skip
-        self.policy_updates = Counter("policy_updates",
-                                      "Policy records read from the policies topic: applied, "
-                                      "removed (tombstone) or rejected (invalid; the previous "
-                                      "policy stays)", ["result"], namespace=ns,
-                                      registry=r)  # fmt: skip
-        self.policies = Gauge("channel_policies", "Channels with a policy of their own",
-                              namespace=ns, registry=r)  # fmt: skip
-        self.model = Info("model", "The model being served", namespace=ns, registry=r)
+        self.registry = r = CollectorRegistry(auto_describe=True)
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, namespace=NAMESPACE, registry=r)
+
+        def gauge(name: str, doc: str, *labels: str) -> Gauge:
+            return Gauge(name, doc, labels, namespace=NAMESPACE, registry=r)
+
+        def histogram(name: str, doc: str, buckets: Sequence[float], *labels: str) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, namespace=NAMESPACE, registry=r)
+
+        self.consumed = counter("messages_consumed", "Inbound records fetched")
+        self.decisions = counter("decisions", "Decisions published, by action", "action")
+        self.dead_letters = counter(
+            "dead_letters", "Records sent to the dead-letter topic", "reason"
+        )
+        self.cache_requests = counter("cache_requests", "Score cache lookups", "level", "result")
+        self.cache_writes_dropped = counter(
+            "cache_writes_dropped", "Scores not written to Redis (down or backlog)"
+        )
+        self.redis_errors = counter("redis_errors", "Failed or timed-out Redis calls")
+        self.redis_up = gauge("redis_up", "1 while the Redis circuit breaker is closed")
+        self.stage_seconds = histogram(
+            "stage_seconds",
+            "Time per message in each stage: queue (waiting for a model batch) and score (the "
+            "model call) count the messages the model scored; total (fetched to decided) counts "
+            "every decision, cached and degraded included; dead letters count in none",
+            LATENCY_BUCKETS_S,
+            "stage",
+        )
+        self.end_to_end = histogram(
+            "end_to_end_seconds",
+            "Decisions by decided_at_ms - sent_at_ms: the latency each is judged by against the "
+            "budget (clock skew below 0 counts as 0)",
+            sorted({*END_TO_END_BUCKETS_S, budget_s}),
+        )
+        self.batch_size = histogram("batch_size", "Messages per model batch", BATCH_BUCKETS)
+        self.over_budget = counter("over_budget", "Decisions later than the latency budget")
+        self.degraded = counter(
+            "degraded_decisions", "Late messages decided without the model", "action"
+        )
+        self.in_flight = gauge("in_flight", "Messages fetched and not yet acknowledged")
+        self.consumer_lag = gauge(
+            "consumer_lag", "Records behind the partition's high-water mark", "topic", "partition"
+        )
+        self.publish_retries = counter("publish_retries", "Decision or dead-letter re-sends")
+        self.publish_refused = counter(
+            "publish_refused",
+            "Outcomes the broker refused for good, diverted to the dead-letter topic",
+            "outcome",
+        )
+        self.commits = counter("commits", "Offset commits", "result")
+        self.policy_updates = counter(
+            "policy_updates",
+            "Policy records read from the policies topic: applied, removed (tombstone) or "
+            "rejected (invalid; the previous policy stays)",
+            "result",
+        )
+        self.policies = gauge("channel_policies", "Channels with a policy of their own")
+        self.model = Info("model", "The model being served", namespace=NAMESPACE, registry=r)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,6 +1,6 @@
 """Text normalisation shared by training and serving.
 
-The model is trained on normalised text and the verdict cache is keyed on the token ids of
+The model is trained on normalised text and the score cache is keyed on the token ids of
 normalised text, so both sides must call this one function: a change here is a model change.
 """
 
@@ -9,16 +9,17 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# Lookalike letters used to dodge filters ("hеllo" with a Cyrillic е). They are folded to Latin
-# only inside words that also contain an ASCII letter, so real Cyrillic or Greek text is untouched.
+# Look-alike letters used to dodge filters ("hеllo" with a Cyrillic е), each over the Latin letter
+# it imitates. The one table: deny-term matching folds with it too (moderator/terms.py).
+_LOOKALIKES = (
+    ("авеёкмнорстухіїјѕԁһӏѵ", "abeekmhopctyxiijsdhlv"),  # Cyrillic
+    ("οαβεικνρτυχ", "oabeikvptux"),  # Greek
+    ("ɡıɑƒɩɪʀᴄᴋᴜɢ", "giafiirckug"),  # Latin letters that are not ASCII: IPA, small capitals
+    ("ߋս", "ou"),  # N'Ko, Armenian
+)
 _CONFUSABLES = str.maketrans(
-    {
-        "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o",
-        "р": "p", "с": "c", "т": "t", "у": "y", "х": "x", "і": "i", "ј": "j", "ѕ": "s",
-        "ԁ": "d", "һ": "h", "ӏ": "l", "ο": "o", "α": "a", "ε": "e", "ι": "i", "κ": "k",
-        "ν": "v", "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ѵ": "v", "ɡ": "g",
-    }
-)  # fmt: skip
+    {k: v for lookalikes, latin in _LOOKALIKES for k, v in zip(lookalikes, latin, strict=True)}
+)
 _WORD = re.compile(r"\S+")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 _REPEATS = re.compile(r"(.)\1{2,}", re.DOTALL)
@@ -26,11 +27,17 @@ _SPACES = re.compile(r"\s+")
 _ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 
 
+def fold_lookalikes(text: str) -> str:
+    """`text` with each look-alike letter replaced by the Latin letter it imitates."""
+    return text.translate(_CONFUSABLES)
+
+
 def _fold_word(match: re.Match[str]) -> str:
+    # Only inside words that also hold an ASCII letter: real Cyrillic or Greek text is untouched.
     word = match.group(0)
     if word.isascii() or not _ASCII_LETTER.search(word):
         return word
-    return word.translate(_CONFUSABLES)
+    return fold_lookalikes(word)
 
 
 def normalize_text(text: str) -> str:

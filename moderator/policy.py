@@ -37,6 +37,7 @@ DENY_REASON = "deny"  # reason "deny:<list>:<category>" for a deny-term match
 # own `thresholds` say otherwise.
 DEFAULT_SEVERITY_THRESHOLDS = {"low": 0.5, "medium": 0.75, "high": 0.97}
 LIST_KEYS = ("deny", "allow")  # merged by appending, the rest by replacing
+DENY_KEYS = frozenset({"term", "category", "action", "severity"})  # of one deny entry
 
 
 class Verdict(NamedTuple):
@@ -69,14 +70,6 @@ class Rule(NamedTuple):
             if level in self.thresholds and action != ALLOW and action not in out:
                 out[action] = self.thresholds[level]
         return out
-
-    @property
-    def nudge(self) -> float | None:
-        return self.by_action.get("nudge")
-
-    @property
-    def block(self) -> float | None:
-        return self.by_action.get("block")
 
 
 def merge_specs(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -283,8 +276,10 @@ def _rule(
         raise PolicyError(f"{where} sets no threshold and maps no severity to an action")
     numbers = [_is_number(v) for v in spec.values() if v is not None]
     if any(numbers) and not all(numbers):
-        raise PolicyError(f"{where} mixes thresholds (numbers, the older form) with actions per "
-                          "severity (names): use one form")  # fmt: skip
+        raise PolicyError(
+            f"{where} mixes thresholds (numbers, the older form) with actions per "
+            "severity (names): use one form"
+        )
     if any(numbers):  # the older form: a threshold per action
         if set(spec) - set(actions) or len(actions) > len(SEVERITIES):
             allowed = ", ".join(repr(a) for a in actions)
@@ -296,8 +291,7 @@ def _rule(
                 raise PolicyError(f"{where}.{key} must be a number in 0..1")
         if not given:
             raise PolicyError(f"{where} sets no threshold")
-        return Rule(label, {levels[a]: v for a, v in given.items()},
-                    {levels[a]: a for a in given})  # fmt: skip
+        return Rule(label, {levels[a]: v for a, v in given.items()}, {levels[a]: a for a in given})
     if set(spec) - {*SEVERITIES, "thresholds"}:
         raise PolicyError(
             f"{where} may only set {', '.join(SEVERITIES)} (each an action) and 'thresholds'"
@@ -321,12 +315,7 @@ def _deny(entries: object, actions: Sequence[str], where: str) -> list[Term]:
     for i, entry in enumerate(entries):
         if isinstance(entry, str):
             entry = {"term": entry}
-        if not isinstance(entry, Mapping) or set(entry) - {
-            "term",
-            "category",
-            "action",
-            "severity",
-        }:
+        if not isinstance(entry, Mapping) or set(entry) - DENY_KEYS:
             raise PolicyError(f"{where}[{i}] may only set term, category, action, severity")
         term, action = entry.get("term"), entry.get("action", actions[-1])
         category, level = entry.get("category", "custom"), entry.get("severity", "high")

@@ -1,10 +1,10 @@
-"""Publishing outcomes: in fetch order, re-sent until the broker acknowledges them.
+"""Publishing outcomes: in the order given, re-sent until the broker acknowledges them.
 
-A single loop sends the outcomes of each fetched batch in fetch order, so decisions for a
-partition leave in input order; every acknowledgement is reported (`on_acked`) so the offset
-ledger can move. A failed delivery is re-sent with backoff, scheduled from its own delivery
-callback, until it succeeds, or, when the broker refuses the record itself, until its
-diversion to the dead-letter topic succeeds (moderator/refusal.py).
+The service hands over the outcomes of each fetched batch in fetch order, and they are sent in
+that order, so decisions for a partition leave in input order; every acknowledgement is
+reported (`on_acked`) so the offset ledger can move. A failed delivery is re-sent with backoff,
+scheduled from its own delivery callback, until it succeeds, or, when the broker refuses the
+record itself, until its diversion to the dead-letter topic succeeds (moderator/refusal.py).
 
 Which refusals are the record's own: once refused, a record is re-sent in a batch of its own
 (the broker refuses whole batches, so batch-mates of a bad record are refused with it), and a
@@ -16,22 +16,23 @@ like an outage.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
+from moderator.intake import Fetched
 from moderator.ledger import Entry
 from moderator.metrics import Metrics
-from moderator.pipeline import InboundRecord, Outcome
+from moderator.records import InboundRecord, Outcome
 from moderator.refusal import describe, divert, is_refusal
+from moderator.tasks import Supervisor, cancel
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,6 @@ class Producer(Protocol):
     async def partitions_for(self, topic: str) -> Any: ...
     async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any: ...
     async def stop(self) -> None: ...
-
-
-class Fetched(NamedTuple):
-    """One record of a fetched batch and its place in the offset ledger."""
-
-    entry: Entry
-    record: InboundRecord
 
 
 @dataclass(eq=False)
@@ -75,9 +69,9 @@ class _Delivery:
 class Publisher:
     """Owns the producer: sends outcomes in order, re-sends, diverts, reports acks.
 
-    `on_acked(entry)` is called once per acknowledged outcome; `on_failure(task)` when one of
-    its tasks ends other than by `stop()` (a pipeline failure reaches it here, through the
-    publish loop), which must stop the service.
+    `on_acked(entry)` is called once per acknowledged outcome. Each re-send waiting out its
+    backoff is a task of the publisher's, watched by the owner's `supervisor` (a bug in one
+    stops the service).
     """
 
     def __init__(
@@ -89,7 +83,7 @@ class Publisher:
         publish_attempts: int,
         metrics: Metrics,
         on_acked: Callable[[Entry], None],
-        on_failure: Callable[[asyncio.Task[Any]], None],
+        supervisor: Supervisor,
         backoff_s: Sequence[float] = RETRY_BACKOFF_S,
     ) -> None:
         self.producer = producer
@@ -98,26 +92,23 @@ class Publisher:
         self.publish_attempts = publish_attempts
         self.metrics = metrics
         self._on_acked = on_acked
-        self._on_failure = on_failure
+        self._supervisor = supervisor
         self._backoff_s = tuple(backoff_s)
-        self._batches: asyncio.Queue[tuple[list[Fetched], Awaitable[list[Outcome]]]] = (
-            asyncio.Queue()
-        )
         self._unacked: dict[Entry, _Delivery] = {}
         self._last_ack: dict[str, float] = {}  # topic → when the broker last took a record
         self._partitioner = DefaultPartitioner()
-        self._loop: asyncio.Task[None] | None = None
         self._retries: set[asyncio.Task[None]] = set()
         self._stopped = False
 
-    def start(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.create_task(self._publish_loop(), name="moderator-publish")
-            self._loop.add_done_callback(self._task_done)
-
-    def submit(self, batch: list[Fetched], outcomes: Awaitable[list[Outcome]]) -> None:
-        """Publish `outcomes` (one per record of `batch`, in order) after earlier batches."""
-        self._batches.put_nowait((batch, outcomes))
+    async def publish(self, batch: Sequence[Fetched], outcomes: Sequence[Outcome]) -> None:
+        """Send `outcomes`, one per record of `batch`, in order, after those given before; each
+        is re-sent until acknowledged (or its entry is abandoned)."""
+        for (entry, record), outcome in zip(batch, outcomes, strict=True):
+            topic = self.dlq_topic if outcome.dead_letter else self.out_topic
+            delivery = _Delivery(entry, record, topic, outcome)
+            if not entry.abandoned:
+                self._unacked[entry] = delivery
+            self._watch(delivery, await self._send(topic, outcome))
 
     def abandon(self, entries: Iterable[Entry]) -> None:
         """Stop re-sending outcomes of entries given up (their partition moved elsewhere)."""
@@ -131,30 +122,14 @@ class Publisher:
                 delivery.future.cancel()
 
     async def stop(self) -> None:
-        """Cancel the publish loop and every pending re-send, then stop the producer. Idempotent."""
+        """Cancel every pending re-send, then stop the producer. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
-        tasks = [t for t in (self._loop, *self._retries) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel(*self._retries)
         await self.producer.stop()
 
     # -- sending ---------------------------------------------------------------------------
-
-    async def _publish_loop(self) -> None:
-        while True:
-            batch, pending = await self._batches.get()
-            outcomes = await pending  # a pipeline failure is a bug: it stops the service
-            for (entry, record), outcome in zip(batch, outcomes, strict=True):
-                topic = self.dlq_topic if outcome.dead_letter else self.out_topic
-                delivery = _Delivery(entry, record, topic, outcome)
-                if not entry.abandoned:
-                    self._unacked[entry] = delivery
-                self._watch(delivery, await self._send(topic, outcome))
 
     def _watch(self, delivery: _Delivery, future: asyncio.Future[Any]) -> None:
         delivery.future = future
@@ -200,9 +175,9 @@ class Publisher:
             return
         self._last_ack[delivery.topic] = time.monotonic()
         if delivery.outcome.dead_letter:
-            self.metrics.dead_letters.labels(delivery.outcome.label).inc()
+            self.metrics.dead_letters.labels(delivery.outcome.error_code).inc()
         else:
-            self.metrics.decisions.labels(delivery.outcome.label).inc()
+            self.metrics.decisions.labels(delivery.outcome.action).inc()
         self._unacked.pop(delivery.entry, None)
         self._on_acked(delivery.entry)
 
@@ -217,19 +192,12 @@ class Publisher:
             delivery.topic, exc, delivery.attempts, backoff_s,
         )  # fmt: skip
         self.metrics.publish_retries.inc()
-        task = asyncio.create_task(self._retry(delivery, exc, backoff_s), name="moderator-resend")
+        task = self._supervisor.spawn(
+            self._retry(delivery, exc, backoff_s), name="moderator-resend", may_end=True
+        )
         delivery.retry = task
         self._retries.add(task)
-        task.add_done_callback(self._retry_done)
-
-    def _retry_done(self, task: asyncio.Task[None]) -> None:
-        self._retries.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._on_failure(task)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled():  # the loop never ends by itself: that is a failure too
-            self._on_failure(task)
+        task.add_done_callback(self._retries.discard)
 
     async def _retry(self, delivery: _Delivery, exc: BaseException, backoff_s: float) -> None:
         await asyncio.sleep(backoff_s)

@@ -1,9 +1,11 @@
-"""Inbound, outbound and dead-letter record formats (documented in the README)."""
+"""Inbound, outbound and dead-letter record formats (documented in the README), and the types
+every stage passes them in: what the pipeline reads of a fetched record (`InboundRecord`) and what
+the publisher sends for it (`Outcome`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -23,6 +25,39 @@ DLQ_SOURCE_TIMESTAMP = "moderator.source.timestamp_ms"
 # Only on dead letters diverted because the broker refused a record (moderator/refusal.py).
 DLQ_DECISION = "moderator.decision"  # the decision the broker refused, as JSON
 DLQ_VALUE_OMITTED = "moderator.value.omitted_bytes"  # the refused dead letter's value size
+
+
+class InboundRecord(Protocol):
+    """The fields of an aiokafka `ConsumerRecord` the moderator reads."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+
+class Outcome(NamedTuple):
+    """What to publish for one inbound record: a decision, or a dead letter."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    action: str | None = None  # a decision's action
+    error_code: str | None = None  # a dead letter's reason (its `moderator.error.code`)
+
+    @property
+    def dead_letter(self) -> bool:
+        return self.error_code is not None
 
 
 class ChatMessage(NamedTuple):
@@ -85,8 +120,15 @@ def _required(data: Mapping[str, Any], name: str) -> str:
 
 
 def _json_type(value: object) -> str:
-    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-             dict: "object", type(None): "null"}  # fmt: skip
+    names = {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -149,4 +191,28 @@ def dlq_headers(
         (DLQ_SOURCE_PARTITION, str(partition).encode()),
         (DLQ_SOURCE_OFFSET, str(offset).encode()),
         (DLQ_SOURCE_TIMESTAMP, str(timestamp_ms).encode()),
+    ]
+
+
+def dead_letter(record: InboundRecord, err: InvalidRecord) -> Outcome:
+    """`record` for the dead-letter topic: its key and value untouched, `err` and its source in
+    headers (also the shape of a decision the broker refused, moderator/refusal.py)."""
+    headers = dlq_headers(
+        err,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        timestamp_ms=record.timestamp,
+    )
+    headers += carried_headers(record)
+    return Outcome(record.key, record.value, headers, error_code=err.code)
+
+
+def carried_headers(record: InboundRecord) -> list[tuple[str, bytes]]:
+    """The producer's headers (a `traceparent`, a tenant id), to travel on with the decision or
+    dead letter; any named `moderator.*` are dropped, so the moderator's own always win."""
+    return [
+        (name, value)
+        for name, value in record.headers or ()
+        if not name.startswith(OWN_HEADER_PREFIX)
     ]

@@ -23,8 +23,14 @@ from aiokafka.errors import (
 )
 
 from moderator.errors import InvalidRecord
-from moderator.pipeline import InboundRecord, Outcome, dead_letter
-from moderator.records import DLQ_DECISION, DLQ_ERROR_MESSAGE, DLQ_VALUE_OMITTED
+from moderator.records import (
+    DLQ_DECISION,
+    DLQ_ERROR_MESSAGE,
+    DLQ_VALUE_OMITTED,
+    InboundRecord,
+    Outcome,
+    dead_letter,
+)
 
 PUBLISH_FAILED = "publish_failed"
 
@@ -78,4 +84,4 @@ def divert(
     receipt = orjson.dumps({"value_omitted_bytes": size})
     # Keyed by its source, not the original key: the key may be what the broker refuses.
     key = f"{record.topic}/{record.partition}/{record.offset}".encode()
-    return Outcome(True, key, receipt, headers, outcome.label)
+    return Outcome(key, receipt, headers, error_code=outcome.error_code)

@@ -1,11 +1,11 @@
 """The moderator service: Kafka in, pipeline, decisions out, offsets committed after acks.
 
-Records are fetched in batches; each batch becomes one pipeline task, and the publisher
-(moderator/publisher.py) sends the outcomes in fetch order, so decisions for a partition leave
-in input order. The offset ledger (moderator/ledger.py) commits an input offset only when the
-deliveries of its decision and of every earlier record of its partition were acknowledged by
-the broker. A crash or a rebalance may repeat decisions, never lose one. This module wires the
-parts together and owns the fetch loop, the commits and the rebalance hand-over.
+Records are fetched in batches (moderator/intake.py); each batch becomes one pipeline task,
+whose outcomes are handed to the publisher (moderator/publisher.py) in fetch order, so decisions
+for a partition leave in input order. An input offset is committed only when the deliveries of
+its decision and of every earlier record of its partition were acknowledged by the broker. A
+crash or a rebalance may repeat decisions, never lose one. This module starts the parts in
+order, owns the tasks between them (one supervisor) and stops them in reverse order.
 """
 
 from __future__ import annotations
@@ -13,82 +13,66 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Protocol, Self, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
-from aiokafka.errors import CommitFailedError, KafkaError
-from aiokafka.structs import OffsetAndMetadata, TopicPartition
+from aiokafka import AIOKafkaProducer
 
-from moderator.batcher import BatchScorer
-from moderator.cache import VerdictCache
+from moderator.batcher import MicroBatcher
+from moderator.cache import ScoreCache
+from moderator.channel_policies import PolicyBook, follow_policies
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.connect import start_client, stop_within
-from moderator.degrade import Fallback
-from moderator.ledger import Entry, OffsetLedger
+from moderator.degrade import fallback_for
+from moderator.intake import Fetched, Intake
+from moderator.ledger import Entry
 from moderator.metrics import Metrics, MetricsServer, listen
-from moderator.pipeline import Outcome, Pipeline
-from moderator.policies import PolicyBook, PolicyFeed, follow_policies
-from moderator.publisher import Fetched, Publisher
+from moderator.pipeline import Pipeline
+from moderator.publisher import Publisher
+from moderator.records import Outcome
+from moderator.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
-FETCH_TIMEOUT_MS = 100
-FINAL_COMMIT_MIN_S = 5.0  # what a hand-over or shutdown commit gets, past the deadline too
 MAX_PRODUCER_REQUEST_BYTES = 16 * 1024 * 1024  # dead letters carry the original value, any size
 
+T = TypeVar("T")
 
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Hands partitions over: finish and commit revoked work first, then take new partitions."""
 
-    def __init__(
-        self,
-        release: Callable[[set[TopicPartition]], Awaitable[bool]],
-        adopt: Callable[[set[TopicPartition]], None],
-    ) -> None:
-        self.release = release
-        self.adopt = adopt
-
-    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self.release(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        self.adopt(set(assigned))
+class _Stoppable(Protocol):
+    async def stop(self) -> None: ...
 
 
 class Moderator:
     """One moderator process's worth of consuming, scoring and publishing.
 
     Use as `async with Moderator(settings) as m: await m.run()`; `stop()` is idempotent and
-    finishes in-flight work within `settings.shutdown_timeout_s`.
+    finishes in-flight work within `settings.shutdown_timeout_s`. What `start()` starts goes on
+    one exit stack, so a failed start and `stop()` close the same things, in reverse order; the
+    background tasks have one supervisor, whose first failure stops the moderator.
     """
 
     def __init__(self, settings: Settings, *, classifier: Classifier | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics(budget_s=settings.budget_ms / 1000)
         self._classifier = classifier
+        self._stack = contextlib.AsyncExitStack()
+        self._tasks = Supervisor("the moderator", on_failure=self._failed)
         self._metrics_server: MetricsServer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
-        self._publisher: Publisher | None = None
-        self._cache: VerdictCache | None = None
-        self._scorer: BatchScorer | None = None
+        self._cache: ScoreCache | None = None
         self._pipeline: Pipeline | None = None
-        self._feed: PolicyFeed | None = None
-        self._ledger = OffsetLedger()
-        self._unit_tasks: set[asyncio.Task[list[Outcome]]] = set()
-        self._room = asyncio.Event()
-        self._room.set()
+        self._publisher: Publisher | None = None
+        self._intake: Intake | None = None
         self._fetch_task: asyncio.Task[None] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopped = asyncio.Event()
-        self._stopping = False
-        self._started = False
-        self._failure: BaseException | None = None
-        self._stop_task: asyncio.Task[None] | None = None
+        self._units: asyncio.Queue[tuple[list[Fetched], asyncio.Task[list[Outcome]]]] = (
+            asyncio.Queue()
+        )  # each fetched batch and its pipeline task, in fetch order
         self._ready = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._started = self._running = self._stopping = False
+        self._stop_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -99,10 +83,10 @@ class Moderator:
     @property
     def failure(self) -> BaseException | None:
         """The error that stopped a background task, if one did."""
-        return self._failure
+        return self._tasks.failure
 
     @property
-    def cache(self) -> VerdictCache:
+    def cache(self) -> ScoreCache:
         assert self._cache is not None, "start() first"
         return self._cache
 
@@ -111,92 +95,82 @@ class Moderator:
         if self._started:
             return
         self._started = True
-        s = self.settings
         try:
-            self._metrics_server = listen(s.metrics_host, s.metrics_port, self.metrics)
-            self._metrics_server.start()
-            if self._classifier is None:
-                s.check_model_dir()
-                self._classifier = await asyncio.to_thread(
-                    Classifier, s.model_dir, threads=s.scoring_layout[0]
-                )
-            classifier = self._classifier
-            if shapes := await asyncio.to_thread(classifier.warm_up, s.max_batch):
-                log.info("model warmed on %d input shapes before taking traffic", shapes)
-            info = classifier.info
-            self.metrics.model.info(
-                {"name": info.name, "version": info.version, "threads": str(classifier.threads)}
-            )
-            policies = PolicyBook.load(s.policy, classifier.labels)
-            self._cache = VerdictCache(
-                s.redis_url,
-                metrics=self.metrics,
-                ttl_s=s.cache_ttl_s,
-                l1_size=s.l1_cache_size,
-                timeout_ms=s.redis_timeout_ms,
-            )
-            await self._cache.start()
-            self._scorer = BatchScorer(classifier, max_batch=s.max_batch, metrics=self.metrics,
-                                       concurrency=s.scoring_layout[1])  # fmt: skip
-            await self._scorer.start()
-            self._pipeline = Pipeline(
-                classifier,
-                policies,
-                self._scorer,
-                self._cache,
-                self.metrics,
-                max_record_bytes=s.max_record_bytes,
-                budget_ms=s.budget_ms,
-                fallback=(
-                    None if s.degraded_mode == "off" else Fallback.load(s.degraded_mode, s.denylist)
-                ),
-            )
-            producer = AIOKafkaProducer(
-                **s.kafka_options(),
-                acks="all",
-                linger_ms=0,
-                max_request_size=MAX_PRODUCER_REQUEST_BYTES,
-                client_id="moderator",
-            )
-            self._publisher = Publisher(  # owns the producer from here on: stops it
-                producer,
-                out_topic=s.out_topic,
-                dlq_topic=s.dlq_topic,
-                publish_attempts=s.publish_attempts,
-                metrics=self.metrics,
-                on_acked=self._acked,
-                on_failure=self._on_task_done,
-            )
-            await start_client(producer, s.kafka_options(), "the producer")
-            self._feed = await follow_policies(policies, s, self.metrics,  # caught up: then ready
-                                               on_failure=self._on_task_done)  # fmt: skip
-            self._consumer = AIOKafkaConsumer(
-                **s.kafka_options(),
-                group_id=s.group_id,
-                enable_auto_commit=False,
-                auto_offset_reset=s.auto_offset_reset,
-                fetch_max_wait_ms=s.fetch_max_wait_ms,
-                **s.consumer_timeouts(),
-                client_id="moderator",
-            )
-            await start_client(self._consumer, s.kafka_options(), "the consumer")
-            self._consumer.subscribe(
-                [s.in_topic], listener=_Rebalance(release=self._release, adopt=self._adopt)
-            )
-            self._publisher.start()
-            self._fetch_task = self._watch(self._fetch_loop(), "fetch")
-            self._watch(self._commit_loop(), "commit")
-            self._watch(self._lag_loop(), "lag")
-            if self._scorer.task is not None:
-                self._scorer.task.add_done_callback(self._on_task_done)
+            await self._start()
+            if self._tasks.failure is not None:  # while starting: no stop was scheduled
+                raise self._tasks.failure
         except BaseException:
             await self.stop()
             raise
+        self._running = True
+
+    async def _start(self) -> None:
+        """The parts, in the order they start; each goes on the exit stack as it starts."""
+        s, m, tasks = self.settings, self.metrics, self._tasks
+        self._metrics_server = self._serve_metrics()
+        classifier = await self._load_model()
+        policies = PolicyBook.load(s.policy, classifier.labels)
+        self._cache = cache = _cache(s, m)
+        await self._own(cache, cache.start())
+        scorer = MicroBatcher(
+            classifier, max_batch=s.max_batch, metrics=m, concurrency=s.scoring_layout[1]
+        )
+        await self._own(scorer, scorer.start())
+        tasks.watch(_started(scorer.task))
+        self._pipeline = _pipeline(s, m, classifier, policies, scorer, cache)
+        intake = self._intake = Intake(
+            s, m, on_assigned=self._assigned, on_abandoned=self._abandoned
+        )
+        producer = _producer(s)
+        self._publisher = publisher = _publisher(s, m, producer, intake.acked, tasks)
+        await self._own(publisher, start_client(producer, s.kafka_options(), "the producer"))
+        feed = await follow_policies(policies, s.policy_topic, s.kafka_options(), m)
+        if feed is not None:  # caught up: then ready
+            self._stack.push_async_callback(stop_within, feed)
+            tasks.watch(_started(feed.task))
+        await self._own(intake, intake.start())
+        self._stack.push_async_callback(tasks.aclose)
+        self._fetch_task = tasks.spawn(self._fetch_loop(), name="moderator-fetch")
+        tasks.spawn(self._publish_loop(), name="moderator-publish")
+        tasks.spawn(intake.commit_loop(), name="moderator-commit")
+        tasks.spawn(intake.lag_loop(), name="moderator-lag")
+        self._stack.push_async_callback(self._drain)  # the first thing `stop()` does
         log.info(
             "moderating %s → %s (dead letters → %s) as group %s with model %s, policy %s",
             s.in_topic, s.out_topic, s.dlq_topic, s.group_id, classifier.info.ident,
             policies.default.ident, extra={"group_id": s.group_id},
         )  # fmt: skip
+
+    def _serve_metrics(self) -> MetricsServer:
+        s = self.settings
+        server = listen(s.metrics_host, s.metrics_port, self.metrics)
+        server.start()
+        self._stack.callback(server.stop)
+        return server
+
+    async def _load_model(self) -> Classifier:
+        """The classifier (loaded unless given), warmed up, its identity in the metrics."""
+        s = self.settings
+        if self._classifier is None:
+            s.check_model_dir()
+            self._classifier = await asyncio.to_thread(
+                Classifier, s.model_dir, threads=s.scoring_layout[0]
+            )
+        classifier = self._classifier
+        if shapes := await asyncio.to_thread(classifier.warm_up, s.max_batch):
+            log.info("model warmed on %d input shapes before taking traffic", shapes)
+        info = classifier.info
+        self.metrics.model.info(
+            {"name": info.name, "version": info.version, "threads": str(classifier.threads)}
+        )
+        return classifier
+
+    async def _own(self, part: _Stoppable, starting: Awaitable[None]) -> None:
+        """Await `starting` (`part`'s start); `part` is stopped with the moderator, even if its
+        start failed (a half-started client holds connections too). The publisher stops its
+        producer."""
+        self._stack.push_async_callback(stop_within, part)
+        await starting
 
     async def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Wait until partitions are assigned and consuming has begun."""
@@ -205,8 +179,8 @@ class Moderator:
     async def run(self) -> None:
         """Run until `stop()` is called; raises if a background task failed."""
         await self._stopped.wait()
-        if self._failure is not None:
-            raise self._failure
+        if self._tasks.failure is not None:
+            raise self._tasks.failure
 
     async def stop(self) -> None:
         """Stop fetching, finish and publish what is in flight, commit, close. Idempotent."""
@@ -215,29 +189,15 @@ class Moderator:
             return
         self._stopping = True
         self._set_ready(False)
-        if self._fetch_task is not None:
-            self._fetch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._fetch_task
-        if self._failure is None and self._consumer is not None:
-            drained = await self._release(self._ledger.partitions, forget=False)
-            if not drained:
-                log.warning("shutdown deadline passed with work in flight; it will be redone")
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
-        for unit_task in list(self._unit_tasks):
-            unit_task.cancel()
-        for closer in (self._consumer, self._feed, self._scorer, self._publisher, self._cache):
-            if closer is not None:
-                await stop_within(closer)
-        if self._metrics_server is not None:
-            self._metrics_server.stop()
+        await self._stack.aclose()
         self._stopped.set()
         log.info("moderator stopped")
+
+    async def _drain(self) -> None:
+        """Stop fetching; unless a task failed, finish and commit the work in flight."""
+        await self._tasks.cancel(self._fetch_task)
+        if self._tasks.failure is None and self._intake is not None:
+            await self._intake.drain()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -251,20 +211,12 @@ class Moderator:
     ) -> None:
         await self.stop()
 
-    def _watch(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """Start a background task that must run until `stop()`: its end stops the service."""
-        task = asyncio.create_task(coro, name=f"moderator-{name}")
-        self._tasks.append(task)
-        task.add_done_callback(self._on_task_done)
-        return task
-
-    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
-        if task.cancelled() or self._stopping:
-            return
-        exc = task.exception() or RuntimeError(f"task {task.get_name()} ended unexpectedly")
-        log.critical("%s failed; stopping the moderator", task.get_name(), exc_info=exc)
-        self._failure = exc
-        self._stop_task = asyncio.get_running_loop().create_task(self.stop())
+    def _failed(self, exc: BaseException) -> None:
+        """The supervisor's report of the first failure (logged already): stop without draining."""
+        if self._intake is not None:
+            self._intake.interrupt()  # what is in flight may never be acknowledged now
+        if self._running and not self._stopping:
+            self._stop_task = asyncio.get_running_loop().create_task(self.stop())
 
     def _set_ready(self, ready: bool) -> None:
         if ready:
@@ -277,124 +229,92 @@ class Moderator:
             else:
                 self._metrics_server.ready.clear()
 
-    # -- consuming -------------------------------------------------------------------------
-
-    async def _fetch_loop(self) -> None:
-        assert self._consumer is not None
-        assert self._pipeline is not None
-        assert self._publisher is not None
-        max_records = max(self.settings.max_batch * 4, 64)
-        while True:
-            await self._room.wait()
-            batches = await self._consumer.getmany(
-                timeout_ms=FETCH_TIMEOUT_MS,
-                max_records=min(max_records, self.settings.max_in_flight - self._ledger.in_flight),
-            )
-            fetched: list[Fetched] = []
-            for tp, part in batches.items():
-                if not self._ledger.owns(tp):
-                    if tp not in self._consumer.assignment():
-                        continue  # fetched just before a revocation: its new owner redoes it
-                    self._adopt({tp})  # records may arrive before the listener has run
-                fetched.extend(Fetched(self._ledger.track(tp, r.offset), r) for r in part)
-            if not fetched:
-                continue
-            self.metrics.consumed.inc(len(fetched))
-            self._in_flight_changed()
-            task = asyncio.create_task(
-                self._pipeline.process([f.record for f in fetched]), name="moderator-unit"
-            )
-            self._unit_tasks.add(task)
-            task.add_done_callback(self._unit_tasks.discard)
-            self._publisher.submit(fetched, task)
-
-    def _acked(self, entry: Entry) -> None:
-        self._ledger.ack(entry)
-        self._in_flight_changed()
-
-    def _in_flight_changed(self) -> None:
-        """Mirror the ledger's in-flight count in the gauge and pause or resume fetching."""
-        in_flight = self._ledger.in_flight
-        self.metrics.in_flight.set(in_flight)
-        if in_flight >= self.settings.max_in_flight:
-            self._room.clear()
-        else:
-            self._room.set()
-
-    # -- committing ------------------------------------------------------------------------
-
-    async def _commit(self, only: set[TopicPartition] | None = None) -> None:
-        assert self._consumer is not None
-        offsets = self._ledger.to_commit(only)
-        if not offsets:
-            return
-        try:
-            await self._consumer.commit(
-                {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}
-            )
-        except CommitFailedError as exc:
-            self.metrics.commits.labels("failed").inc()
-            log.warning("commit failed because the group rebalanced; work will be redone: %s", exc)
-            return
-        except KafkaError as exc:
-            self.metrics.commits.labels("failed").inc()
-            log.warning("commit failed (%s); retrying at the next interval", exc)
-            return
-        self.metrics.commits.labels("ok").inc()
-        self._ledger.mark_committed(offsets)
-
-    async def _commit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.commit_interval_s)
-            await self._commit()
-
-    def _adopt(self, assigned: set[TopicPartition]) -> None:
-        self._ledger.assign(assigned)
-        log.info("assigned %s", sorted((tp.topic, tp.partition) for tp in assigned))
+    def _assigned(self) -> None:
         if not self._stopping:
             self._set_ready(True)
 
-    async def _release(self, revoked: set[TopicPartition], *, forget: bool = True) -> bool:
-        """Finish the work of `revoked` partitions and commit it, before giving them up."""
-        deadline = time.monotonic() + self.settings.shutdown_timeout_s
-        drained = False
-        while True:
-            drained = not self._ledger.pending(revoked)
-            if drained or time.monotonic() > deadline or self._failure is not None:
-                break
-            await asyncio.sleep(0.005)
-        # aiokafka looks for the group coordinator until it finds one: with the broker gone, an
-        # unbounded commit would hang the shutdown forever. Not committing only means redoing.
-        remaining_s = max(deadline - time.monotonic(), FINAL_COMMIT_MIN_S)
-        try:
-            await asyncio.wait_for(self._commit(revoked), remaining_s)
-        except TimeoutError:
-            self.metrics.commits.labels("failed").inc()
-            log.warning("commit not done within %.0f s (broker unreachable?); the work since "
-                        "the last commit will be redone", remaining_s)  # fmt: skip
-        if forget:
-            given_up = self._ledger.abandon(revoked)
-            if self._publisher is not None:
-                self._publisher.abandon(given_up)
-            self._in_flight_changed()
-            for tp in revoked:
-                with contextlib.suppress(KeyError):
-                    self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
-            if revoked:
-                log.info("released %s", sorted((tp.topic, tp.partition) for tp in revoked))
-        return drained
+    def _abandoned(self, entries: list[Entry]) -> None:
+        if self._publisher is not None:
+            self._publisher.abandon(entries)
 
-    async def _lag_loop(self) -> None:
-        assert self._consumer is not None
+    # -- fetch → decide → publish ----------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        """Each fetched batch becomes one pipeline task; several are decided at once."""
+        assert self._intake is not None
+        assert self._pipeline is not None
         while True:
-            await asyncio.sleep(1.0)
-            for tp in self._ledger.partitions:
-                highwater = self._consumer.highwater(tp)
-                if highwater is None:
-                    continue
-                done = self._ledger.committed(tp)
-                if done is None:
-                    done = await self._consumer.committed(tp) or 0
-                self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(
-                    max(highwater - done, 0)
-                )
+            fetched = await self._intake.fetch()
+            unit = self._pipeline.process([f.record for f in fetched])
+            task = self._tasks.spawn(unit, name="moderator-unit", may_end=True)
+            self._units.put_nowait((fetched, task))
+
+    async def _publish_loop(self) -> None:
+        """Hand each batch's outcomes to the publisher in fetch order, once decided."""
+        assert self._publisher is not None
+        while True:
+            batch, unit = await self._units.get()
+            await self._publisher.publish(batch, await unit)
+
+
+def _cache(s: Settings, metrics: Metrics) -> ScoreCache:
+    return ScoreCache(
+        s.redis_url,
+        metrics=metrics,
+        ttl_s=s.cache_ttl_s,
+        l1_size=s.l1_cache_size,
+        timeout_ms=s.redis_timeout_ms,
+    )
+
+
+def _pipeline(
+    s: Settings,
+    metrics: Metrics,
+    classifier: Classifier,
+    policies: PolicyBook,
+    scorer: MicroBatcher,
+    cache: ScoreCache,
+) -> Pipeline:
+    return Pipeline(
+        classifier,
+        policies,
+        scorer,
+        cache,
+        metrics,
+        max_record_bytes=s.max_record_bytes,
+        budget_ms=s.budget_ms,
+        fallback=fallback_for(s),
+    )
+
+
+def _producer(s: Settings) -> AIOKafkaProducer:
+    return AIOKafkaProducer(
+        **s.kafka_options(),
+        acks="all",
+        linger_ms=0,
+        max_request_size=MAX_PRODUCER_REQUEST_BYTES,
+        client_id="moderator",
+    )
+
+
+def _publisher(
+    s: Settings,
+    metrics: Metrics,
+    producer: AIOKafkaProducer,
+    on_acked: Callable[[Entry], None],
+    supervisor: Supervisor,
+) -> Publisher:
+    return Publisher(
+        producer,
+        out_topic=s.out_topic,
+        dlq_topic=s.dlq_topic,
+        publish_attempts=s.publish_attempts,
+        metrics=metrics,
+        on_acked=on_acked,
+        supervisor=supervisor,
+    )
+
+
+def _started(task: asyncio.Task[T] | None) -> asyncio.Task[T]:
+    assert task is not None, "a part's task exists once it has started"
+    return task

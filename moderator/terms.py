@@ -24,21 +24,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, NamedTuple
 
+from moderator.normalize import fold_lookalikes
+
 SEVERITIES = ("low", "medium", "high")
 DEFAULT_LIST = "default_terms.csv"
 
-# Look-alike letters from Cyrillic, Greek and IPA, folded to the Latin letter they imitate.
-_CONFUSABLES = {
-    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p",
-    "с": "c", "т": "t", "у": "y", "х": "x", "і": "i", "ї": "i", "ј": "j", "ѕ": "s", "ԁ": "d",
-    "һ": "h", "ӏ": "l", "ο": "o", "α": "a", "β": "b", "ε": "e", "ι": "i", "κ": "k", "ν": "v",
-    "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ѵ": "v", "ɡ": "g", "ı": "i", "ɑ": "a", "ߋ": "o",
-    "ƒ": "f", "ս": "u", "ɩ": "i", "ɪ": "i", "ʀ": "r", "ᴄ": "c", "ᴋ": "k", "ᴜ": "u", "ɢ": "g",
-}  # fmt: skip
 # Read as letters anywhere in a word that has a letter; `!` and `|` only between two letters
 # (else "kill yourself!" would end in an `i`).
-_LEET = {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b", "9": "g",
-         "@": "a", "$": "s", "€": "e", "£": "l"}  # fmt: skip
+_LEET = dict(zip("01345789@$€£", "oieastbgasel", strict=True))
 _LEET_BETWEEN = {"!": "i", "|": "l"}
 _MASKS = frozenset("*#")  # one unknown letter, between letters
 _WILD = "?"
@@ -81,7 +74,7 @@ def _fold(ch: str) -> str:
     if unicodedata.category(ch) in ("Cf", "Cc", "Mn"):  # zero-width, controls, accents
         return ""
     folded = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", ch).lower())
-    return "".join(_CONFUSABLES.get(c, c) for c in folded if unicodedata.category(c) != "Mn")
+    return fold_lookalikes("".join(c for c in folded if unicodedata.category(c) != "Mn"))
 
 
 def words(text: str, *, leet_always: bool = False) -> list[_Word]:

@@ -37,7 +37,7 @@ def core_sets(workers: int, cores: Sequence[int] | None = None) -> list[list[int
 # Flags the supervisor turns into each worker's own environment: a worker given the supervisor's
 # `--metrics-port` or `--threads` would ignore its MODERATOR_METRICS_PORT / MODERATOR_THREADS.
 PER_WORKER_FLAGS = ("--workers", "--metrics-port", "--threads")
-# Marks a worker's command line: its signal handling differs (cli.py, `_serve`).
+# Marks a worker's command line: its signal handling differs (cli.py, `serve`).
 SUPERVISED_FLAG = "--supervised"
 
 
@@ -97,8 +97,9 @@ def run_workers(workers: int, argv: Sequence[str], *, threads: int, metrics_port
                 continue
             codes[i] = code
             if code != 0 and len(codes) < len(procs):
-                log.error("worker %d exited with %d; stopping the others", i, code,
-                          extra={"worker": i})  # fmt: skip
+                log.error(
+                    "worker %d exited with %d; stopping the others", i, code, extra={"worker": i}
+                )
                 forward(signal.SIGTERM, None)
         time.sleep(0.1)
     return max(codes.values(), key=abs)

@@ -14,8 +14,6 @@ from moderator.config import Settings
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
 
-pytestmark = pytest.mark.integration
-
 PARTITIONS = 2
 
 

@@ -47,9 +47,7 @@ def test_default_model_meets_the_contract(model_dir: Path) -> None:
     ],
 )
 def test_default_model_decisions(model_dir: Path, text: str, allowed: set[str]) -> None:
-    tok = onnx_export.load_tokenizer(model_dir / "tokenizer.json", 128)
-    sess = onnx_export.make_session(model_dir / "model.onnx")
-    scores = evaluate.score_lines(sess, tok, [text], list(corpus.LABELS))
+    scores = evaluate.score_each(onnx_export.classifier(model_dir), [text])
     decide, _ = evaluate.load_policy()  # the runtime's default policy
     action = decide(scores.row(0)).action
     assert action in allowed, (text, scores.row(0))

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from moderator import policies
+from moderator import policy_admin
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.policy import Policy
@@ -50,8 +50,8 @@ async def test_two_channels_get_different_actions_for_the_same_text(
     settings: Settings, classifier: Classifier
 ) -> None:
     kafka = settings.kafka_options()
-    await policies.write(kafka, settings.policy_topic, "c-potato", POTATO)
-    await policies.write(kafka, settings.policy_topic, "c-mild", MILD)
+    await policy_admin.write(kafka, settings.policy_topic, "c-potato", POTATO)
+    await policy_admin.write(kafka, settings.policy_topic, "c-mild", MILD)
     async with Moderator(settings, classifier=classifier) as service:
         await service.wait_ready(30)
         texts = ["i like potato salad", INSULT, "kill la kill is the best anime"]
@@ -90,7 +90,7 @@ async def test_a_published_policy_changes_decisions_within_a_second_without_rest
 
         sender = asyncio.create_task(stream())
         await asyncio.sleep(n // 3 * 0.025)
-        await policies.write(kafka, settings.policy_topic, channel, POTATO)
+        await policy_admin.write(kafka, settings.policy_topic, channel, POTATO)
         published = time.monotonic()
         await sender
         records = await consume(kafka, settings.out_topic, until=distinct_ids(n))
@@ -112,11 +112,11 @@ async def test_a_bad_policy_is_rejected_and_the_previous_one_kept(
 ) -> None:
     kafka = settings.kafka_options()
     channel = "c-strict"
-    await policies.write(kafka, settings.policy_topic, channel, POTATO)
+    await policy_admin.write(kafka, settings.policy_topic, channel, POTATO)
     async with Moderator(settings, classifier=classifier) as service:
         await service.wait_ready(30)
         bad = {**POTATO, "version": 2, "labels": {"insult": {"high": "obliterate"}}}
-        with caplog.at_level(logging.ERROR, logger="moderator.policies"):
+        with caplog.at_level(logging.ERROR, logger="moderator.channel_policies"):
             await produce(
                 kafka,
                 settings.policy_topic,
@@ -180,24 +180,28 @@ def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_
     assert listed.stdout.splitlines() == ["c-1\tno-potatoes@1"], "the refused one was not sent"
     # Written by another client, unchecked: listed as what the moderators will do with it.
     bad_spec = {"name": "raw", "version": 1, "labels": {"insult": {"high": "obliterate"}}}
-    asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "c-3", bad_spec))
+    asyncio.run(
+        policy_admin.write(settings.kafka_options(), settings.policy_topic, "c-3", bad_spec)
+    )
     rows = _cli(settings, "list").stdout.splitlines()
     assert rows[0] == "c-1\tno-potatoes@1"
     assert rows[1].startswith(
         "c-3\traw@1\tREJECTED: policy for 'c-3': labels.insult.high: 'obliterate'"
     )
-    asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "c-3", None))
+    asyncio.run(policy_admin.write(settings.kafka_options(), settings.policy_topic, "c-3", None))
     # A default the moderators refuse: they keep the policy file's, and so does the command;
     # channel policies are judged over what is in effect, not over the refused record.
     bad_default = {**bad_spec, "name": "star", "version": 2}
-    asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "*", bad_default))
+    asyncio.run(
+        policy_admin.write(settings.kafka_options(), settings.policy_topic, "*", bad_default)
+    )
     rows = _cli(settings, "list").stdout.splitlines()
     assert rows[0].startswith("*\tstar@2\tREJECTED: policy for '*': labels.insult.high")
     assert rows[0].endswith(f"(in effect: {DEFAULT})")
     assert rows[1] == "c-1\tno-potatoes@1"
     again = _cli(settings, "put", "c-1", str(good))
     assert again.returncode == 0, again.stderr
-    asyncio.run(policies.write(settings.kafka_options(), settings.policy_topic, "*", None))
+    asyncio.run(policy_admin.write(settings.kafka_options(), settings.policy_topic, "*", None))
     assert _cli(settings, "delete", "c-1").returncode == 0
     missing = _cli(settings, "get", "c-1")
     assert missing.returncode == 1

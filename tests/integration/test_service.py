@@ -16,6 +16,7 @@ from devstack.embedded import EmbeddedRedis
 from moderator.cache import cache_key
 from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.pipeline import Pipeline
 from moderator.policy import DEFAULT_ACTIONS, Policy
 from moderator.records import (
     DLQ_ERROR_CODE,
@@ -24,6 +25,7 @@ from moderator.records import (
     DLQ_SOURCE_PARTITION,
     DLQ_SOURCE_TIMESTAMP,
     DLQ_SOURCE_TOPIC,
+    Outcome,
 )
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
@@ -481,3 +483,41 @@ async def test_producer_headers_travel_with_the_decision_and_the_dead_letter(
                                                          "00f067aa0ba902b7-01", "acme")  # fmt: skip
     assert "moderator.verdict" not in letter
     assert [name for name, _ in dead[0].headers].count("moderator.error.code") == 1
+
+
+async def test_a_pipeline_bug_stops_the_moderator_is_reported_once_and_loses_nothing(
+    settings: Settings,
+    classifier: Classifier,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in a batch's pipeline task is the supervisor's first failure: it stops every other
+    task and the moderator (`run()` raises it), is logged once, and nothing is published or
+    committed for the batch, so the next moderator decides it."""
+
+    async def broken(self: Pipeline, records: object) -> list[Outcome]:
+        raise RuntimeError("a bug in the pipeline")
+
+    caplog.set_level(logging.CRITICAL, logger="moderator")
+    with monkeypatch.context() as patched:
+        patched.setattr(Pipeline, "process", broken)
+        service = Moderator(settings, classifier=classifier)
+        await service.start()
+        await service.wait_ready(30)
+        await produce(settings.kafka_bootstrap, settings.in_topic, [chat(1, "never decided here")])
+        with pytest.raises(RuntimeError, match="a bug in the pipeline"):
+            await asyncio.wait_for(service.run(), 60)
+    assert isinstance(service.failure, RuntimeError)
+    reports = [r.getMessage() for r in caplog.records if r.levelno >= logging.CRITICAL]
+    assert reports == ["moderator-unit failed; stopping the moderator"]
+    published = [
+        sample.value
+        for family in service.metrics.registry.collect()
+        for sample in family.samples
+        if sample.name in ("moderator_decisions_total", "moderator_dead_letters_total")
+    ]
+    assert sum(published) == 0
+    async with Moderator(settings, classifier=classifier) as second:
+        await second.wait_ready(30)
+        records = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(1))
+    assert set(decisions_by_id(records)) == {"m-1"}

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moderator.batcher import SCORER_THREAD_NAME, BatchScorer, batch_sizes
+from moderator.batcher import SCORER_THREAD_NAME, MicroBatcher, batch_sizes
 from moderator.cache import KEY_PREFIX, LruCache, cache_key
 from moderator.classifier import HEAD_CHARS_PER_TOKEN, Classifier
-from moderator.cli import score_lines
+from moderator.cli import decide_lines
 from moderator.errors import ModelError
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
@@ -27,7 +27,9 @@ from moderator.policy import DEFAULT_ACTIONS, Policy
 def test_the_default_model_meets_the_contract(classifier: Classifier) -> None:
     info = classifier.info
     assert {"toxicity", "insult", "threat", "identity_attack"} <= set(info.labels)
-    scores = classifier.score_texts(["gg", "you are a clown and everyone hates you"])
+    scores = classifier.score_ids(
+        classifier.encode(["gg", "you are a clown and everyone hates you"])
+    )
     assert scores.shape == (2, len(info.labels))
     assert scores.dtype == np.float32
     assert ((scores >= 0) & (scores <= 1)).all()
@@ -134,8 +136,8 @@ async def test_the_batcher_scores_a_backlog_in_batches_of_like_lengths(
     classifier: Classifier,
 ) -> None:
     metrics = Metrics()
-    scorer = BatchScorer(classifier, max_batch=4, metrics=metrics, concurrency=2)
-    await scorer.start()
+    batcher = MicroBatcher(classifier, max_batch=4, metrics=metrics, concurrency=2)
+    await batcher.start()
     try:
         short = [f"gg wp {c}" for c in "abcdef"]
         long = [f"{'well played everyone ' * 5}{c}" for c in "ghij"]
@@ -143,9 +145,9 @@ async def test_the_batcher_scores_a_backlog_in_batches_of_like_lengths(
         encoded = classifier.encode(texts)
         assert len({len(encoded[texts.index(t)]) for t in short}) == 1
         assert len({len(encoded[texts.index(t)]) for t in long}) == 1
-        results = await asyncio.gather(*(scorer.score(ids) for ids in encoded))
+        results = await asyncio.gather(*(batcher.submit(ids) for ids in encoded))
     finally:
-        await scorer.stop()
+        await batcher.stop()
     # Each message gets the scores of its batch scored directly (dynamic int8 quantizes each
     # batch's activations with its own scale, so the batch, not only the text, sets the digits).
     order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
@@ -190,14 +192,14 @@ async def test_batches_run_at_once_on_as_many_threads_as_the_scorer_has(
         return score_ids(batch)
 
     monkeypatch.setattr(classifier, "score_ids", meet)
-    scorer = BatchScorer(classifier, max_batch=8, metrics=Metrics(), concurrency=2)
-    await scorer.start()
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=Metrics(), concurrency=2)
+    await batcher.start()
     try:
         short, long = classifier.encode(["gg", "well played everyone " * 8])
-        results = await asyncio.gather(scorer.score(short), scorer.score(long))
+        results = await asyncio.gather(batcher.submit(short), batcher.submit(long))
         names = _thread_names()
     finally:
-        await scorer.stop()
+        await batcher.stop()
     assert len(results) == 2
     assert names.count(SCORER_THREAD_NAME) == 2
 
@@ -214,12 +216,12 @@ async def test_stopping_cancels_what_is_being_scored_so_no_caller_waits_forever(
         return score_ids(batch)
 
     monkeypatch.setattr(classifier, "score_ids", slow)
-    scorer = BatchScorer(classifier, max_batch=1, metrics=Metrics(), concurrency=1)
-    await scorer.start()
+    batcher = MicroBatcher(classifier, max_batch=1, metrics=Metrics(), concurrency=1)
+    await batcher.start()
     first, second = classifier.encode(["gg", "well played everyone"])
-    futures = [scorer.score(first), scorer.score(second)]  # one round, two batches of one
+    futures = [batcher.submit(first), batcher.submit(second)]  # one round, two batches of one
     await asyncio.to_thread(started.wait, 5)
-    await scorer.stop()
+    await batcher.stop()
     assert all(f.cancelled() for f in futures)
 
 
@@ -230,16 +232,16 @@ async def test_a_model_failure_fails_the_callers_and_then_the_scorer(
         raise ModelError("output has shape (0,)")
 
     monkeypatch.setattr(classifier, "score_ids", broken)
-    scorer = BatchScorer(classifier, max_batch=8, metrics=Metrics(), concurrency=2)
-    await scorer.start()
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=Metrics(), concurrency=2)
+    await batcher.start()
     try:
         with pytest.raises(ModelError):
-            await scorer.score(classifier.encode(["gg"])[0])
-        assert scorer.task is not None
+            await batcher.submit(classifier.encode(["gg"])[0])
+        assert batcher.task is not None
         with pytest.raises(ModelError):
-            await asyncio.wait_for(asyncio.shield(scorer.task), 5)
+            await asyncio.wait_for(asyncio.shield(batcher.task), 5)
     finally:
-        await scorer.stop()
+        await batcher.stop()
 
 
 def _thread_names() -> list[str]:
@@ -248,17 +250,17 @@ def _thread_names() -> list[str]:
 
 async def test_the_scoring_thread_is_named_for_the_os(classifier: Classifier) -> None:
     """`top -H` and the benchmark's CPU split tell the model's thread from the event loop's."""
-    scorer = BatchScorer(classifier, max_batch=4, metrics=Metrics())
-    await scorer.start()
+    batcher = MicroBatcher(classifier, max_batch=4, metrics=Metrics())
+    await batcher.start()
     try:
-        await scorer.score(classifier.encode(["gg"])[0])
+        await batcher.submit(classifier.encode(["gg"])[0])
         names = _thread_names()
     finally:
-        await scorer.stop()
+        await batcher.stop()
     assert names.count(SCORER_THREAD_NAME) == 1
 
 
-def test_score_writes_one_decision_per_line_in_order(classifier: Classifier) -> None:
+def test_score_command_writes_one_decision_per_line_in_order(classifier: Classifier) -> None:
     lines = [
         '{"text": "gg wp", "message_id": "a"}\n',
         "not json\n",
@@ -267,7 +269,7 @@ def test_score_writes_one_decision_per_line_in_order(classifier: Classifier) -> 
         '{"text": "I will find you and kill you"}\n',
     ]
     out = io.StringIO()
-    errors = score_lines(lines, classifier, Policy.load(), out)
+    errors = decide_lines(lines, classifier, Policy.load(), out)
     rows = [orjson.loads(line) for line in out.getvalue().splitlines()]
     assert errors == 2
     assert len(rows) == 5

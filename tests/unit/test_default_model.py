@@ -69,7 +69,7 @@ def test_dev_and_demo_name_the_missing_dev_extra(command: str) -> None:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert "pip install 'chat-moderator[dev]'" in lines[0]
+    assert "pip install 'chat-moderator-tools[dev]'" in lines[0]
     assert "starting" not in done.stdout  # nothing was started
 
 
@@ -86,4 +86,4 @@ def test_model_building_names_the_missing_model_extra(
     assert main(["model", "build"]) == 2
     err = capsys.readouterr().err
     assert "moderator model build needs the model extra" in err
-    assert "pip install 'chat-moderator[model]'" in err
+    assert "pip install 'chat-moderator-tools[model]'" in err

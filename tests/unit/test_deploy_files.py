@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from moderator.config import Settings
 from moderator.connect import STOP_TIMEOUT_S
+from moderator.intake import FINAL_COMMIT_MIN_S
 from moderator.loop import LEFTOVER_TIMEOUT_S
-from moderator.service import FINAL_COMMIT_MIN_S
 from tests.promql import (
     DASHBOARD,
     REPO,

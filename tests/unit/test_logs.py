@@ -8,9 +8,8 @@ import logging
 import orjson
 import pytest
 
-from moderator.config import log_settings
 from moderator.errors import ConfigError
-from moderator.logs import JsonFormatter
+from moderator.logs import JsonFormatter, log_settings
 
 
 def test_a_json_line_has_the_time_level_logger_message_and_ids() -> None:

@@ -90,10 +90,10 @@ def test_exported_graph_has_dynamic_shapes_and_scores_in_range(
     exported: tuple[Path, dict, object],
 ) -> None:
     out, _, _ = exported
-    sess = onnx_export.make_session(out / "model.onnx")
+    model = onnx_export.classifier(out)
     for batch, seq in ((1, 3), (4, 17), (2, 128)):
         ids = np.random.default_rng(0).integers(1000, 2000, (batch, seq)).astype(np.int64)
-        scores = onnx_export.run_session(sess, ids, np.ones_like(ids))
+        scores = model.score_ids(list(ids))
         assert scores.shape == (batch, len(DETOXIFY))
         assert scores.dtype == np.float32
         assert ((scores >= 0) & (scores <= 1)).all()
@@ -117,9 +117,8 @@ def test_bert_single_label_checkpoint_gets_softmax_in_graph(tmp_path: Path) -> N
     assert manifest["activation"] == "softmax"
     assert manifest["labels"] == ["ok", "spam", "abuse"]
     assert result.parity["fp32_vs_torch_max_abs"] < 1e-4
-    sess = onnx_export.make_session(tmp_path / "out" / "model.onnx")
-    ids = np.asarray([[101, 7592, 102]], dtype=np.int64)
-    scores = onnx_export.run_session(sess, ids, np.ones_like(ids))
+    model = onnx_export.classifier(tmp_path / "out")
+    scores = model.score_ids([np.asarray([101, 7592, 102], dtype=np.int64)])
     assert scores.sum() == pytest.approx(1.0, abs=1e-5)
 
 

@@ -9,10 +9,11 @@ from typing import NamedTuple
 import orjson
 import pytest
 
-from moderator.batcher import BatchScorer
-from moderator.cache import VerdictCache, cache_key
+from moderator.batcher import MicroBatcher
+from moderator.cache import ScoreCache, cache_key
 from moderator.classifier import Classifier
-from moderator.degrade import Fallback
+from moderator.config import DEGRADED_MODES, Settings
+from moderator.degrade import Fallback, fallback_for
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy import Policy
@@ -39,16 +40,16 @@ def message(i: int, text: str) -> Record:
 @pytest.fixture
 async def pipeline(classifier: Classifier) -> AsyncIterator[Pipeline]:
     metrics = Metrics()
-    scorer = BatchScorer(classifier, max_batch=8, metrics=metrics)
-    cache = VerdictCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)
-    await scorer.start()
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics)
+    cache = ScoreCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)
+    await batcher.start()
     await cache.start()
     try:
-        yield Pipeline(classifier, Policy.load(), scorer, cache, metrics,
+        yield Pipeline(classifier, Policy.load(), batcher, cache, metrics,
                        max_record_bytes=65536, budget_ms=50)  # fmt: skip
     finally:
         await cache.stop()
-        await scorer.stop()
+        await batcher.stop()
 
 
 async def test_outcomes_come_back_in_record_order(pipeline: Pipeline) -> None:
@@ -110,6 +111,14 @@ def test_fallback_modes(mode: str, text: str, verdict: tuple[str, str | None]) -
     assert Fallback.load(mode).decide(text)[:2] == verdict
 
 
+def test_the_degraded_mode_setting_picks_the_fallback() -> None:
+    assert fallback_for(Settings()) is None, "off: every message waits for the model"
+    for mode in DEGRADED_MODES[1:]:
+        fallback = fallback_for(Settings(degraded_mode=mode))
+        assert fallback is not None
+        assert fallback.mode == mode
+
+
 async def test_verdicts_are_cached_under_the_model_digest_not_its_version(
     pipeline: Pipeline, classifier: Classifier
 ) -> None:
@@ -136,7 +145,7 @@ async def test_a_policy_change_needs_no_cache_invalidation(
         {"name": "lenient", "version": 1, "labels": {a: {"block": 1.0} for a in classifier.labels}}
     )
     for policy, action in ((strict, "block"), (lenient, "allow"), (strict, "block")):
-        other = Pipeline(classifier, policy, pipeline.scorer, pipeline.cache, pipeline.metrics,
+        other = Pipeline(classifier, policy, pipeline.batcher, pipeline.cache, pipeline.metrics,
                          max_record_bytes=65536, budget_ms=50)  # fmt: skip
         again = orjson.loads((await other.process([message(1, "GG WP all")]))[0].value or b"")
         assert again["cached"] is True, "the verdict came from the cache"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from moderator.channel_policies import DEFAULT_KEY, PolicyBook
 from moderator.errors import PolicyError
-from moderator.policies import DEFAULT_KEY, PolicyBook
 from moderator.policy import Policy
 
 POTATO = {"name": "potato", "version": 1, "deny": [{"term": "potato"}]}

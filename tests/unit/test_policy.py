@@ -15,17 +15,17 @@ def test_the_default_policy_blocks_threats_and_lets_profanity_pass() -> None:
     # The thresholds are tuned for the shipped model (models/tuning.py); the shape is fixed.
     policy = Policy.load()
     assert policy.ident.startswith("default@")
-    rules = {r.label: r for r in policy.rules}
-    threat, insult = rules["threat"].block, rules["insult"]
+    rules = {r.label: r.by_action for r in policy.rules}
+    threat, insult = rules["threat"].get("block"), rules["insult"]
     assert threat is not None
-    assert insult.nudge is not None
-    assert insult.block is not None
-    assert insult.nudge < insult.block
+    assert insult.get("nudge") is not None
+    assert insult.get("block") is not None
+    assert insult["nudge"] < insult["block"]
     assert policy.decide({"threat": threat, "toxicity": 0.0})[:2] == ("block", "threat")
-    assert policy.decide({"insult": insult.nudge})[:2] == ("nudge", "insult")
-    below = {"insult": insult.nudge - 0.001}
+    assert policy.decide({"insult": insult["nudge"]})[:2] == ("nudge", "insult")
+    below = {"insult": insult["nudge"] - 0.001}
     assert policy.decide(below)[:2] == ("allow", None)
-    assert policy.decide({"insult": insult.block})[:2] == ("block", "insult")
+    assert policy.decide({"insult": insult["block"]})[:2] == ("block", "insult")
     assert "obscene" not in rules
     assert policy.decide({"obscene": 1.0})[:2] == ("allow", None)
     assert policy.decide({})[:2] == ("allow", None)

@@ -2,7 +2,8 @@
 refused outcome is diverted, and that no offset moves before its replacement is acknowledged.
 
 Only the producer is replaced, by one whose sends return futures the test resolves as the broker
-would; the publish loop, re-sends, diversion and the offset ledger are the service's own.
+would; the publisher, its re-sends, diversion, the supervisor and the offset ledger are the
+service's own.
 The same behaviour against the real broker is in tests/integration/test_publish_failure.py.
 """
 
@@ -20,9 +21,9 @@ from aiokafka.structs import TopicPartition
 
 from moderator.ledger import OffsetLedger
 from moderator.metrics import Metrics
-from moderator.pipeline import Outcome
 from moderator.publisher import Fetched, Publisher
-from moderator.records import DLQ_ERROR_CODE
+from moderator.records import DLQ_ERROR_CODE, Outcome
+from moderator.tasks import Supervisor
 
 IN, OUT, DLQ = "chat.messages", "chat.decisions", "chat.messages.dlq"
 REFUSED_TP = TopicPartition(IN, 0)
@@ -115,7 +116,8 @@ class Harness:
         self.producer = Producer()
         self.ledger = OffsetLedger()
         self.ledger.assign([REFUSED_TP, OTHER_TP])
-        self.failures: list[asyncio.Task[Any]] = []
+        self.failures: list[BaseException] = []
+        self.supervisor = Supervisor("the test", on_failure=self.failures.append)
         self.publisher = Publisher(
             self.producer,
             out_topic=OUT,
@@ -123,14 +125,10 @@ class Harness:
             publish_attempts=attempts,
             metrics=self.metrics,
             on_acked=self.ledger.ack,
-            on_failure=self._failed,
+            supervisor=self.supervisor,
             backoff_s=backoff_s,  # by default, re-send at the next tick
         )
         self.offsets = itertools.count()
-        self.publisher.start()
-
-    def _failed(self, task: asyncio.Task[Any]) -> None:
-        self.failures.append(task)
 
     @property
     def sends(self) -> list[Send]:
@@ -139,24 +137,23 @@ class Harness:
     async def publish(
         self, tp: TopicPartition, offset: int, *, dead_letter: bool = False, revoked: bool = False
     ) -> Send:
-        """One outcome (a decision, or a dead letter) through the publish loop; its first send.
+        """One outcome (a decision, or a dead letter) through the publisher; its first send.
         `revoked`: its partition is given up while the outcome is on its way to the publisher."""
         record = Record(tp.topic, tp.partition, offset)
         if dead_letter:
-            outcome = Outcome(True, b"c-1", b"{broken", [(DLQ_ERROR_CODE, b"invalid_json")],
-                              "invalid_json")  # fmt: skip
+            headers = [(DLQ_ERROR_CODE, b"invalid_json")]
+            outcome = Outcome(b"c-1", b"{broken", headers, error_code="invalid_json")
         else:
-            outcome = Outcome(False, b"c-1", b'{"message_id":"m","action":"allow"}', [], "allow")
-
-        async def outcomes() -> list[Outcome]:
-            return [outcome]
+            outcome = Outcome(b"c-1", b'{"message_id":"m","action":"allow"}', [], action="allow")
 
         self.ledger.assign([tp])
         entry = self.ledger.track(tp, offset)
         if revoked:
             self.publisher.abandon(self.ledger.abandon([tp]))
-        self.publisher.submit([Fetched(entry, record)], asyncio.create_task(outcomes()))
-        return await self.next_send()
+        seen = len(self.sends)
+        await self.publisher.publish([Fetched(entry, record)], [outcome])
+        assert len(self.sends) == seen + 1, "handed to the producer before publish() returns"
+        return self.sends[-1]
 
     async def next_send(self) -> Send:
         seen = len(self.sends)
@@ -322,17 +319,3 @@ async def test_a_re_send_waits_for_its_backoff_only_and_stop_cancels_it() -> Non
     await h.close()
     assert not resends(), "stopping the publisher cancelled it"
     assert len(h.sends) == sends
-
-
-async def test_a_pipeline_failure_is_reported_not_swallowed() -> None:
-    h = Harness(3)
-    entry = h.ledger.track(REFUSED_TP, 7)
-
-    async def broken() -> list[Outcome]:
-        raise RuntimeError("a bug in the pipeline")
-
-    h.publisher.submit([Fetched(entry, Record(IN, 0, 7))], asyncio.create_task(broken()))
-    await until(lambda: bool(h.failures), "the publisher reports its dead loop")
-    assert isinstance(h.failures[0].exception(), RuntimeError)
-    assert not h.sends
-    await h.publisher.stop()

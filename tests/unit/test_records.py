@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from aiokafka.structs import ConsumerRecord
 
 from moderator.errors import InvalidRecord
 from moderator.records import (
@@ -13,6 +14,7 @@ from moderator.records import (
     DLQ_SOURCE_TOPIC,
     ChatMessage,
     Timing,
+    dead_letter,
     dlq_headers,
     encode_decision,
     parse_message,
@@ -119,6 +121,36 @@ def test_the_dead_letter_headers_carry_the_source_exactly() -> None:
         (DLQ_SOURCE_PARTITION, b"3"),
         (DLQ_SOURCE_OFFSET, b"9007199254740993"),
         (DLQ_SOURCE_TIMESTAMP, b"1732240000123"),
+    ]
+
+
+def test_a_dead_letter_keeps_the_record_and_carries_the_producers_headers_not_forged_ones() -> None:
+    headers = [("traceparent", b"00-abc-01"), ("moderator.error.code", b"forged"), ("tenant", b"t")]
+    record = ConsumerRecord(
+        topic="chat.in",
+        partition=1,
+        offset=7,
+        timestamp=1732240000123,
+        timestamp_type=0,
+        key=b"c-1",
+        value=b"{broken",
+        checksum=None,
+        serialized_key_size=3,
+        serialized_value_size=7,
+        headers=headers,
+    )
+    letter = dead_letter(record, InvalidRecord("invalid_json", "the value is not valid JSON"))
+    assert (letter.key, letter.value, letter.dead_letter) == (b"c-1", b"{broken", True)
+    assert (letter.action, letter.error_code) == (None, "invalid_json")
+    assert letter.headers == [
+        (DLQ_ERROR_CODE, b"invalid_json"),
+        (DLQ_ERROR_MESSAGE, b"the value is not valid JSON"),
+        (DLQ_SOURCE_TOPIC, b"chat.in"),
+        (DLQ_SOURCE_PARTITION, b"1"),
+        (DLQ_SOURCE_OFFSET, b"7"),
+        (DLQ_SOURCE_TIMESTAMP, b"1732240000123"),
+        ("traceparent", b"00-abc-01"),
+        ("tenant", b"t"),
     ]
 
 

@@ -18,13 +18,13 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import ConsumerRecord
 
-from moderator.pipeline import Outcome
 from moderator.records import (
     DLQ_DECISION,
     DLQ_ERROR_CODE,
     DLQ_ERROR_MESSAGE,
     DLQ_SOURCE_OFFSET,
     DLQ_VALUE_OMITTED,
+    Outcome,
 )
 from moderator.refusal import PUBLISH_FAILED, describe, divert, is_refusal
 
@@ -69,10 +69,10 @@ def test_outages_and_topic_wide_refusals_are_not_record_refusals(exc: Exception 
 
 
 def test_a_refused_decision_becomes_a_dead_letter_with_the_input_and_the_decision() -> None:
-    decision = Outcome(False, b"c-1", DECISION, [], "allow")
+    decision = Outcome(b"c-1", DECISION, [], action="allow")
     letter = divert(decision, record(), UnknownError(), 5)
     assert letter is not None
-    assert (letter.dead_letter, letter.key, letter.value, letter.label) == (
+    assert (letter.dead_letter, letter.key, letter.value, letter.error_code) == (
         True, b"c-1", INPUT, PUBLISH_FAILED,
     )  # fmt: skip
     headers = dict(letter.headers)
@@ -86,12 +86,12 @@ def test_a_refused_decision_becomes_a_dead_letter_with_the_input_and_the_decisio
 
 
 def test_a_refused_dead_letter_keeps_its_reason_and_source_but_not_its_value() -> None:
-    decision = Outcome(False, b"c-1", DECISION, [], "allow")
+    decision = Outcome(b"c-1", DECISION, [], action="allow")
     first = divert(decision, record(), UnknownError(), 5)
     assert first is not None
     receipt = divert(first, record(), MessageSizeTooLargeError("over the limit"), 3)
     assert receipt is not None
-    assert receipt.label == PUBLISH_FAILED
+    assert receipt.error_code == PUBLISH_FAILED
     assert receipt.key == b"chat.messages/2/41", "keyed by its source: the key may be the problem"
     assert orjson.loads(receipt.value or b"") == {"value_omitted_bytes": len(INPUT)}
     headers = dict(receipt.headers)
@@ -108,11 +108,11 @@ def test_a_refused_dead_letter_keeps_its_reason_and_source_but_not_its_value() -
 
 def test_a_refused_bad_record_dead_letter_keeps_its_own_reason() -> None:
     bad = b"\xff" * 10
-    letter = Outcome(True, b"k", bad, [(DLQ_ERROR_CODE, b"not_utf8"),
-                                       (DLQ_ERROR_MESSAGE, b"not UTF-8")], "not_utf8")  # fmt: skip
+    headers = [(DLQ_ERROR_CODE, b"not_utf8"), (DLQ_ERROR_MESSAGE, b"not UTF-8")]
+    letter = Outcome(b"k", bad, headers, error_code="not_utf8")
     receipt = divert(letter, record(bad), UnknownError(), 5)
     assert receipt is not None
-    assert receipt.label == "not_utf8"
+    assert receipt.error_code == "not_utf8"
     assert dict(receipt.headers)[DLQ_ERROR_CODE] == b"not_utf8"
 
 

@@ -11,24 +11,22 @@ previous policy stays.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from moderator.config import Settings
 from moderator.connect import start_client, stop_within
 from moderator.errors import PolicyError
 from moderator.metrics import Metrics
 from moderator.policy import Policy, merge_specs
+from moderator.tasks import cancel
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -141,18 +139,20 @@ class PolicyFeed:
         await start_client(consumer, self.options, "the policies consumer")
         started = time.perf_counter()
         if not await read_to_end(consumer, self.topic, self._apply_record):
-            log.warning("no policies topic %s: every channel gets %s", self.topic,
-                        self.book.default.ident)  # fmt: skip
-        log.info("policies: %d channel policies, default %s, read from %s in %.2f s",
-                 len(self.book), self.book.default.ident, self.topic,
-                 time.perf_counter() - started)  # fmt: skip
+            log.warning(
+                "no policies topic %s: every channel gets %s", self.topic, self.book.default.ident
+            )
+        log.info(
+            "policies: %d channel policies, default %s, read from %s in %.2f s",
+            len(self.book),
+            self.book.default.ident,
+            self.topic,
+            time.perf_counter() - started,
+        )
         self.task = asyncio.create_task(self._follow(), name="moderator-policies")
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await cancel(self.task)
         if self._consumer is not None:
             await stop_within(self._consumer)
 
@@ -217,80 +217,14 @@ async def _behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int]
 
 async def follow_policies(
     book: PolicyBook,
-    settings: Settings,
+    topic: str,
+    kafka_options: Mapping[str, Any],
     metrics: Metrics,
-    *,
-    on_failure: Callable[[asyncio.Task[None]], object],
 ) -> PolicyFeed | None:
-    """Unless `policy_topic` is empty, the feed of per-channel policies into `book`, already
-    caught up with its topic; `on_failure` is called if the feed's task ends."""
-    if not settings.policy_topic:
+    """Unless `topic` is empty (no policies topic), the feed of per-channel policies into `book`,
+    already caught up with its topic (its owner watches `feed.task`)."""
+    if not topic:
         return None
-    feed = PolicyFeed(book, settings.policy_topic, settings.kafka_options(), metrics)
+    feed = PolicyFeed(book, topic, kafka_options, metrics)
     await feed.start()
-    assert feed.task is not None
-    feed.task.add_done_callback(on_failure)
     return feed
-
-
-# -- `moderator policy put | get | delete | list` -----------------------------------------------
-
-
-@dataclass(eq=False)
-class TopicState:
-    """The policies topic as a moderator reading it from the start would have it."""
-
-    book: PolicyBook
-    live: dict[str, dict[str, Any]] = field(default_factory=dict)  # last JSON record per key
-    refused: dict[str, str] = field(default_factory=dict)  # keys whose last record it refuses
-
-    def in_effect(self, key: str) -> Policy | None:
-        """The policy a moderator applies for `key` (`*`: the default); None when the channel
-        has none of its own (the default decides)."""
-        if key == DEFAULT_KEY:
-            return self.book.default
-        return self.book.own(key)
-
-
-async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy) -> TopicState:
-    """Every record of the topic applied in order over `base` (the policy file), as the
-    moderators apply them: a refused record leaves the previous policy in place."""
-    consumer = AIOKafkaConsumer(
-        **kafka_options, group_id=None, enable_auto_commit=False, client_id="moderator-policy-cli"
-    )
-    await start_client(consumer, kafka_options, "reading the policies")
-    state = TopicState(PolicyBook(base))
-
-    def keep(r: ConsumerRecord[bytes, bytes]) -> None:
-        key = record_key(r)
-        if not key:
-            return  # the moderators ignore a record without a key too
-        state.live.pop(key, None)
-        if r.value is not None:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                state.live[key] = orjson.loads(r.value)
-        try:
-            state.book.apply(key, r.value)
-            state.refused.pop(key, None)
-        except PolicyError as exc:
-            state.refused[key] = str(exc)
-
-    try:
-        await read_to_end(consumer, topic, keep)
-        return state
-    finally:
-        await stop_within(consumer)
-
-
-async def write(
-    kafka_options: Mapping[str, Any], topic: str, key: str, spec: Mapping[str, Any] | None
-) -> None:
-    """Publish `spec` for `key` (None: a tombstone), acknowledged by every in-sync replica."""
-    await ensure_topics(kafka_options, {topic: 1}, configs={topic: TOPIC_CONFIG})
-    producer = AIOKafkaProducer(**kafka_options, acks="all", client_id="moderator-policy-cli")
-    await start_client(producer, kafka_options, "publishing the policy")
-    try:
-        value = None if spec is None else orjson.dumps(spec)
-        await producer.send_and_wait(topic, value, key=key.encode())
-    finally:
-        await stop_within(producer)
