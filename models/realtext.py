@@ -110,11 +110,15 @@ def tune(
     *,
     max_flag: float,
     max_block: float,
+    groups: Matrix | None = None,
+    max_group_flag: float = 1.0,
 ) -> dict[str, Any]:
     """The (nudge, block) pair that catches the most dev toxic lines within the benign limits.
 
     Chosen on the real benign dev split only for the limits (flag rate, block rate) and on the
-    real toxic dev split for recall; the test splits are never seen here. Among pairs that
+    real toxic dev split for recall; the test splits are never seen here. `groups`, benign
+    statements about identity groups, must be flagged at most `max_group_flag`: chat rarely
+    talks about groups, so the chat limit alone would let a pair flag them freely. Among pairs that
     flag as much, the one that blocks the most toxic lines wins (a block threshold above the
     nudge one changes only the severity, never whether a line is flagged); remaining ties go to
     the higher thresholds.
@@ -126,10 +130,13 @@ def tune(
             if block < nudge:
                 continue
             tried += 1
-            flagged, blocked = flag_block(benign, labels, thresholds(nudge, block))
+            table = thresholds(nudge, block)
+            flagged, blocked = flag_block(benign, labels, table)
             if rate(flagged) > max_flag or rate(blocked) > max_block:
                 continue
-            t_flagged, t_blocked = flag_block(toxic, labels, thresholds(nudge, block))
+            if groups is not None and rate(flag_block(groups, labels, table)[0]) > max_group_flag:
+                continue
+            t_flagged, t_blocked = flag_block(toxic, labels, table)
             key = (rate(t_flagged), rate(t_blocked), nudge, block)
             if best is None or key > best:
                 best = key
@@ -140,6 +147,7 @@ def tune(
     table = thresholds(nudge, block)
     flagged, blocked = flag_block(benign, labels, table)
     t_flagged, t_blocked = flag_block(toxic, labels, table)
+    group_flagged = flag_block(groups, labels, table)[0] if groups is not None else None
     return {
         "nudge": nudge,
         "block": block,
@@ -151,4 +159,9 @@ def tune(
         "dev_toxic_blocked": rate(t_blocked),
         "max_flag": max_flag,
         "max_block": max_block,
+        **(
+            {"dev_group_flag_rate": rate(group_flagged), "max_group_flag": max_group_flag}
+            if group_flagged is not None
+            else {}
+        ),
     }

@@ -5,6 +5,11 @@ messages nudged or blocked and at most `MAX_BLOCK` blocked, measured on the real
 split (chat, SMS, tweets). Among the threshold pairs within those limits, the one that catches
 the most real toxic dev lines wins. The limits sit below the issue's targets (1% / 0.2%) so that
 a test split, which the tuner never sees, has room for sampling noise.
+
+The toxic dev lines are the web snippets and insult comments plus the labelled research data's
+hateful and threatening lines (`realdata.LABELLED`); ToxiGen's neutral statements about groups
+are held to their own limit, `MAX_GROUP_FLAG` (issue 27's target is 5%; their dev split is a
+few dozen lines, so the limit leaves room for one more on the test split).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from models import onnx_export, realdata, realtext
 
 MAX_FLAG = 0.008
 MAX_BLOCK = 0.001
+MAX_GROUP_FLAG = 0.03
 POLICY_FILE = Path(__file__).resolve().parent.parent / "moderator" / "default_policy.toml"
 
 HEADER = """\
@@ -35,8 +41,9 @@ HEADER = """\
 """
 
 
-def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str]]:
-    """int8 scores of the real benign chat-like dev lines and the real toxic dev lines."""
+def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str], Any]:
+    """int8 scores of the real benign chat-like dev lines, the real toxic dev lines (labelled
+    hate and threats included), the labels, and the neutral statements about groups."""
     manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
     tok = onnx_export.load_tokenizer(
         model_dir / onnx_export.TOKENIZER_FILE, int(manifest.get("max_length", 128))
@@ -44,11 +51,20 @@ def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str]]:
     sess = onnx_export.make_session(model_dir / onnx_export.MODEL_FILE, 2)
     lines = realdata.load()
     benign = [ln.text for ln in realdata.select(lines, "dev", realdata.CHAT_LIKE)]
-    toxic = [ln.text for ln in realdata.select(lines, "dev", realdata.TOXIC) if ln.toxic]
+    toxic = [
+        ln.text
+        for ln in realdata.select(lines, "dev", realdata.TOXIC + realdata.LABELLED)
+        if ln.toxic
+    ]
+    neutral_src, neutral_fam = realdata.GROUP_NEUTRAL
+    groups = [
+        ln.text for ln in realdata.select(lines, "dev", (neutral_src,)) if ln.family == neutral_fam
+    ]
     return (
         realtext.batch_scores(sess, tok, benign),
         realtext.batch_scores(sess, tok, toxic),
         list(manifest["labels"]),
+        realtext.batch_scores(sess, tok, groups),
     )
 
 
@@ -91,8 +107,16 @@ def read_thresholds(path: Path) -> tuple[int, dict[str, dict[str, float]]]:
 
 def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dict[str, Any]:
     """Tune, write the policy file (version bumped if the thresholds changed), and return why."""
-    benign, toxic, labels = dev_scores(model_dir)
-    result = realtext.tune(benign, toxic, labels, max_flag=MAX_FLAG, max_block=MAX_BLOCK)
+    benign, toxic, labels, groups = dev_scores(model_dir)
+    result = realtext.tune(
+        benign,
+        toxic,
+        labels,
+        max_flag=MAX_FLAG,
+        max_block=MAX_BLOCK,
+        groups=groups,
+        max_group_flag=MAX_GROUP_FLAG,
+    )
     table = realtext.thresholds(result["nudge"], result["block"])
     manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
     version, old = read_thresholds(policy_file)
@@ -107,7 +131,12 @@ def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dic
         block=result["dev_benign_block_rate"],
     )
     policy_file.write_text(render_policy(table, header, version))
-    result.update(policy_version=version, dev_benign_lines=len(benign), dev_toxic_lines=len(toxic))
+    result.update(
+        policy_version=version,
+        dev_benign_lines=len(benign),
+        dev_toxic_lines=len(toxic),
+        dev_group_lines=len(groups),
+    )
     manifest["policy_tuning"] = {
         k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()
     }
