@@ -36,7 +36,7 @@ from moderator.normalize import normalize_text
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_ENV = "MODELS_LABELLED_DATA"
 LICENCE_FILE = "LICENSE"
-# The folder's name inside models/data/ or the workplace's shared/data/.
+# The folder's name inside models/data/ or a shared/data/ beside the checkout.
 DIRNAME = "labelled"
 
 Show = Callable[[str], bytes]  # the bytes of a path in the repository at the pinned commit
@@ -134,8 +134,8 @@ def data_dir() -> Path:
     """The folder holding one sub-folder per source.
 
     `$MODELS_LABELLED_DATA` if set; else `models/data/labelled/` if the repository has it; else
-    `shared/data/labelled/` in the nearest folder above the repository that has one (the
-    workplace's shared folder sits beside the checkout). The repository's path is returned
+    `shared/data/labelled/` in the nearest folder above the repository that has one (data kept
+    beside the checkout rather than in it). The repository's path is returned
     when none exists, so the error names a place to put the files.
     """
     env = os.environ.get(DATA_ENV)

@@ -331,17 +331,18 @@ def training_lines(
     targets = [ln.target for ln in train]
     within_cap = set(range(len(train)))
 
-    def hash_order(keep: Callable[[Line], bool]) -> list[int]:
-        mine = (i for i, ln in enumerate(train) if keep(ln))
+    def hash_order(source: str, family: str | None = None) -> list[int]:
+        """Indices of a source's (or a source family's) train lines in the caps' hash order."""
+        mine = (
+            i for i, ln in enumerate(train) if ln.source == source and family in (None, ln.family)
+        )
         return sorted(mine, key=lambda i: _unit(train[i].text + "\0cap"))
 
     for name, caps in CAPS.items():
-        within_cap -= set(hash_order(lambda ln, n=name: ln.source == n)[caps["train"] :])
+        within_cap -= set(hash_order(name)[caps["train"] :])
     over_cap: set[int] = set()
     for (name, family), cap in FAMILY_CAPS.items():
-        over_cap |= set(
-            hash_order(lambda ln, n=name, f=family: (ln.source, ln.family) == (n, f))[cap:]
-        )
+        over_cap |= set(hash_order(name, family)[cap:])
     film_threats: set[int] = set()
     if teachers:
         idx = [
