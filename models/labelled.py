@@ -12,7 +12,7 @@ whitespace-collapsed and stripped, and de-duplicated by its normalised form (fir
 kept), so a statement that a source repeats (ToxiGen joins the same statements into many
 prompts) counts once.
 
-    python -m models.labelled prepare davidson=GIT_DIR toxigen=GIT_DIR ethos=GIT_DIR [--out DIR]
+    python -m models.labelled prepare davidson=GIT_DIR toxigen=GIT_DIR ... [--out DIR]
     python -m models.labelled counts      # per source and label: train / dev / test lines
 """
 
@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import hashlib
 import html
 import io
+import json
 import os
 import re
 import subprocess
@@ -123,7 +125,27 @@ ETHOS = Labelled(
     " detection dataset', Complex & Intelligent Systems 2022 (Figure Eight annotators)",
 )
 
-SOURCES: dict[str, Labelled] = {s.name: s for s in (DAVIDSON, TOXIGEN, ETHOS)}
+OPENAI_MODERATION = Labelled(
+    name="openai_moderation",
+    repo="openai/moderation-api-release",
+    commit="f4ab51b5edd3bfbcb349a56324274235b674e0e4",
+    paths=("data/samples-1680.jsonl.gz",),
+    licence_path="LICENSE",
+    licence="MIT (repository LICENSE, Copyright (c) 2022 OpenAI)",
+    sha256="64a987d512a272195e7cf1794a4b39ad8591ce3796e888b9b7fb20df46488112",
+    licence_sha256="b5d65a59060e68c4ff940e1eddfa6f94b2d68fdf58ed7f4dd57721c997e35e9d",
+    rows=1_582,
+    columns=("text", "positive", "known"),
+    description="The evaluation set of 'A Holistic Approach to Undesired Content Detection':"
+    " texts with binary labels for sexual (S), hate (H), violence (V), harassment (HR),"
+    " self-harm (SH), hate/threatening (H2) and violence/graphic (V2), each label known for"
+    " part of the set (positive: the labels that are 1; known: those rated); the 85 texts"
+    " labelled sexual/minors (S3) are left out; whitespace collapsed, de-duplicated",
+    provenance="Markov et al. (OpenAI), AAAI 2023: a published test set, so it is used as"
+    " one (test split only)",
+)
+
+SOURCES: dict[str, Labelled] = {s.name: s for s in (DAVIDSON, TOXIGEN, ETHOS, OPENAI_MODERATION)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,6 +239,20 @@ def toxigen(directory: Path | None = None) -> list[tuple[str, str, tuple[str, ..
     return [
         (row["text"], row["label"], tuple(row["groups"].split(",")))
         for row in read_rows(TOXIGEN, directory)
+    ]
+
+
+def openai_moderation(
+    directory: Path | None = None,
+) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+    """(text, the category labels that are 1, the category labels that were rated)."""
+
+    def labels(cell: str) -> frozenset[str]:
+        return frozenset(cell.split(",")) if cell else frozenset()
+
+    return [
+        (row["text"], labels(row["positive"]), labels(row["known"]))
+        for row in read_rows(OPENAI_MODERATION, directory)
     ]
 
 
@@ -346,6 +382,31 @@ def prepare_ethos(show: Show) -> list[list[str]]:
     return out
 
 
+_OPENAI_LABELS = ("S", "H", "V", "HR", "SH", "S3", "H2", "V2")
+
+
+def prepare_openai_moderation(show: Show) -> list[list[str]]:
+    """Rows of openai_moderation.tsv from the gzipped JSON lines; sexual/minors texts dropped."""
+    data = gzip.decompress(show(OPENAI_MODERATION.paths[0])).decode("utf-8")
+    seen: set[str] = set()
+    out = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record.get("S3") == 1:
+            continue
+        text = _collapse(str(record["prompt"]))
+        key = _key(text)
+        if len(key) < 3 or key in seen:
+            continue
+        seen.add(key)
+        positive = [k for k in _OPENAI_LABELS if record.get(k) == 1]
+        known = [k for k in _OPENAI_LABELS if k in record]
+        out.append([text, ",".join(positive), ",".join(known)])
+    return out
+
+
 def _git_show(git_dir: Path, commit: str) -> Show:
     def show(path: str) -> bytes:
         done = subprocess.run(
@@ -378,8 +439,10 @@ def prepare(name: str, git_dir: Path, out: Path) -> Path:
         rows = prepare_davidson(show)
     elif name == "toxigen":
         rows = prepare_toxigen(show, _git_files(git_dir, source.commit, source.paths))
-    else:
+    elif name == "ethos":
         rows = prepare_ethos(show)
+    else:
+        rows = prepare_openai_moderation(show)
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / source.tsv).write_text(write_tsv(rows, source.columns), encoding="utf-8")

@@ -29,8 +29,13 @@ Targets for real lines (labels in `models.corpus.LABELS` order):
     keep benign talk about the same groups allowed;
   - `ethos` comments (GPL-3.0: dev and test only, like `insults`): hate (share >= 0.5) ->
     `identity_attack` and `toxicity`, or `threat` when most annotators said it incites
-    violence (the held-out threat set); not hate (share 0) -> benign; the ambiguous middle is
-    left out.
+    violence (a tenth of those dev, the rest the held-out threat set, THREAT_SHARES); not
+    hate (share 0) -> benign; the ambiguous middle is left out;
+  - `openai_moderation` (a published test set: test split only, never dev or train): each
+    text's family is its first positive category in the order threat (hate/threatening, or
+    violence that is not graphic), hate, harassment, self_harm, sexual, graphic; texts rated
+    on hate, harassment, violence and self-harm and positive on nothing are `benign`; the
+    rest (unrated where it matters) are left out.
 The benign pools are unlabelled real text: a few of their lines are rude. Labelling them 0
 teaches that ordinary conversation is ordinary; the test figures count every flag on them as a
 false positive, so they are, if anything, pessimistic.
@@ -75,17 +80,35 @@ PERSPECTIVE = {
     "sexually_explicit": "sexual_explicit",
 }
 BENIGN = ("chat", "sms_ham", "tweets", "movie_dialog", "questions")
-LABELLED = ("davidson", "toxigen", "ethos")
-EVAL_ONLY = ("insults", "ethos")
+LABELLED = ("davidson", "toxigen", "ethos", "openai_moderation")
+EVAL_ONLY = ("insults", "ethos", "openai_moderation")
 # The family names the report and the tuner count by, in the labelled sources.
 HATE, THREAT = "hate", "threat"
-HOSTILE_FAMILIES = (HATE, THREAT)
 GROUP_NEUTRAL = ("toxigen", "neutral")  # neutral statements about groups: held to a flag limit
 # Train lines kept per (source, family), by the same hash order: Davidson's 19k offensive
 # tweets would otherwise outnumber every other real source, and they teach one register.
 FAMILY_CAPS = {("davidson", "offensive"): 3_000}
 # Labelled lines the teachers' distillation refines, never below the annotators' target.
 DISTIL_FAMILIES = {("davidson", "hate"), ("davidson", "offensive")}
+# A published test set is judged on, never tuned on: every line is test.
+TEST_ONLY_SHARES = {"train": 0.0, "dev": 0.0}
+# ETHOS's threats are most of the real threats there are: a tenth tunes, the rest makes the
+# held-out threat set issue 27 asks for (at least 200 lines with openai_moderation's).
+THREAT_SHARES = {"train": 0.0, "dev": 0.1}
+# openai_moderation: a text's family is the first rule it meets; the labels are its categories.
+OPENAI_FAMILIES: tuple[tuple[str, Callable[[frozenset[str]], bool], dict[str, float]], ...] = (
+    (
+        THREAT,
+        lambda p: "H2" in p or ("V" in p and "V2" not in p),
+        {"threat": 1.0, "toxicity": 1.0},
+    ),
+    (HATE, lambda p: "H" in p, {"identity_attack": 1.0, "toxicity": 1.0}),
+    ("harassment", lambda p: "HR" in p, {"insult": 1.0, "toxicity": 1.0}),
+    ("self_harm", lambda p: "SH" in p, {"self_harm": 1.0}),
+    ("sexual", lambda p: "S" in p, {"sexual_explicit": 1.0}),
+    ("graphic", lambda p: "V2" in p, {}),
+)
+OPENAI_BENIGN_RATED = frozenset({"H", "HR", "V", "SH"})
 ETHOS_HATE_AT = 0.5  # share of annotators; comments nobody called hate are the benign ones
 ETHOS_VIOLENCE_AT = 0.5
 CHAT_LIKE = ("chat", "sms_ham", "tweets")  # the report's "benign chat-like" pool
@@ -193,8 +216,25 @@ def _ethos(rows: Sequence[tuple[str, float, float | None]]) -> list[Line]:
         scores = {"identity_attack": hate, "toxicity": hate, "obscene": _obscene(text)}
         if threat:
             scores["threat"] = float(violence or 0.0)
-        split = split_of(text, EVAL_ONLY_SHARES)
+        split = split_of(text, THREAT_SHARES if threat else EVAL_ONLY_SHARES)
         out.append(Line(text, "ethos", split, family != "not_hate", family, _target(**scores)))
+    return out
+
+
+def _openai_moderation(rows: Sequence[tuple[str, frozenset[str], frozenset[str]]]) -> list[Line]:
+    out = []
+    for text, positive, known in rows:
+        split = split_of(text, TEST_ONLY_SHARES)
+        obscene = _obscene(text)
+        for family, matches, scores in OPENAI_FAMILIES:
+            if matches(positive):
+                target = _target(**scores, obscene=obscene)
+                out.append(Line(text, "openai_moderation", split, True, family, target))
+                break
+        else:
+            if not positive and known >= OPENAI_BENIGN_RATED:
+                target = _target(obscene=obscene)
+                out.append(Line(text, "openai_moderation", split, False, "benign", target))
     return out
 
 
@@ -204,6 +244,7 @@ def labelled_lines(directory: Path | None = None) -> list[Line]:
         _davidson(labelled.davidson(directory))
         + _toxigen(labelled.toxigen(directory))
         + _ethos(labelled.ethos(directory))
+        + _openai_moderation(labelled.openai_moderation(directory))
     )
 
 

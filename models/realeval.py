@@ -25,7 +25,6 @@ logger = logging.getLogger(__name__)
 
 Matrix = npt.NDArray[np.float32]
 WORST = 20
-HOSTILE = realdata.HOSTILE_FAMILIES  # labelled families whose flag is a catch, not a mistake
 THREAT_SET_MIN = 200  # issue 27: the held-out threat set it asks for
 
 
@@ -135,9 +134,16 @@ def labelled_figures(lines: Sequence[Line], v: Verdicts) -> dict[str, dict[str, 
     src = np.asarray([ln.source for ln in lines])
     family = np.asarray([ln.family for ln in lines])
     out: dict[str, dict[str, Any]] = {}
+    toxic = np.asarray([ln.toxic for ln in lines])
     for name in realdata.LABELLED:
         mine = src == name
-        out[name] = {fam: _rates(v, mine & (family == fam)) for fam in sorted(set(family[mine]))}
+        out[name] = {
+            fam: {
+                **_rates(v, mine & (family == fam)),
+                "toxic": bool(toxic[mine & (family == fam)].any()),
+            }
+            for fam in sorted(set(family[mine]))
+        }
     labelled = np.isin(src, realdata.LABELLED)
     neutral_src, neutral_fam = realdata.GROUP_NEUTRAL
     out["pooled"] = {

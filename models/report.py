@@ -28,8 +28,9 @@ NOTES = (
     " are few (toxic web snippets; ETHOS's violence comments, which judge but never train):"
     " those labels rest on the template corpus. The family rows with a dozen lines are noisy.",
     "- Labelled research data: the held-out threat set is ETHOS's comments that incite"
-    " violence, fewer than the 200 lines issue 27 asks for (no larger licensed threat set"
-    " was found; `models/DATA.md`). alt-profanity-check and HateSonar were trained on"
+    " violence and the threatening texts of OpenAI's moderation test set (`models/DATA.md`);"
+    " `openai_moderation` texts are long (a median of about 380 characters), so how much of"
+    " each the model reads matters there. alt-profanity-check and HateSonar were trained on"
     " Davidson et al.'s tweets, so their `davidson` rows are not held out for them.",
     "- The identity probe is written in this project's voice; it checks the words, not every"
     " way people speak about themselves or attack others.",
@@ -262,7 +263,7 @@ def _real_rows(real: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         if src == "pooled":
             continue
         for fam, m in families.items():
-            verb = "caught" if fam in realeval.HOSTILE else "flagged"
+            verb = "caught" if m.get("toxic") else "flagged"
             rows.append(
                 (
                     f"labelled `{src}` {fam} {verb} ({m['lines']})",

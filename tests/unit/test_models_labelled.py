@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from models import corpus, labelled, realdata
+from models import corpus, labelled, realdata, realeval
 from moderator.normalize import normalize_text
 
 LABELS = corpus.LABELS
@@ -73,6 +73,20 @@ def test_ethos_comments_carry_their_violence_share_when_rated() -> None:
     assert rows == [["kill them all", "1", "0.8333"], ["nice video", "0", ""]]
 
 
+def test_openai_texts_keep_their_rated_labels_and_lose_sexual_minors() -> None:
+    import gzip
+    import json
+
+    records = [
+        {"prompt": "I will  find you", "V": 1, "HR": 0, "V2": 0},
+        {"prompt": "a text about a minor", "S": 1, "S3": 1},
+        {"prompt": "nice weather", "H": 0, "HR": 0, "V": 0, "SH": 0},
+    ]
+    data = gzip.compress("\n".join(json.dumps(r) for r in records).encode())
+    rows = labelled.prepare_openai_moderation(lambda path: data)
+    assert rows == [["I will find you", "V", "V,HR,V2"], ["nice weather", "", "H,V,HR,SH"]]
+
+
 def test_tsv_round_trips_and_refuses_tabs() -> None:
     cols = ("text", "label")
     rows = [["say \"hi\" 'there'", "hate"], ["plain", "neutral"]]
@@ -102,6 +116,13 @@ FIXTURE = {
         ["they are a disease", "0.8333", "0.1"],
         ["they are all a bit odd", "0.3333", ""],
         ["great video", "0", ""],
+    ],
+    "openai_moderation": [
+        ["i will find you and hurt you", "V,HR", "H,V,HR,SH,V2"],
+        ["they are animals", "H", "H,V,HR,SH"],
+        ["an account of my own scars", "SH", "V,HR,SH,V2"],
+        ["lovely day at the lake", "", "H,V,HR,SH,V2"],
+        ["rated on violence only", "", "V,V2"],
     ],
 }
 
@@ -165,6 +186,14 @@ def test_labelled_lines_get_families_gold_and_targets(fixture_dir: Path) -> None
     assert (lines["great video"].family, lines["great video"].toxic) == ("not_hate", False)
     assert all(ln.split != "train" for ln in lines.values() if ln.source == "ethos")
     assert lines["you fucking hoe"].target[obs] == 1.0
+    families = {t: ln.family for t, ln in lines.items() if ln.source == "openai_moderation"}
+    assert families == {
+        "i will find you and hurt you": "threat",
+        "they are animals": "hate",
+        "an account of my own scars": "self_harm",
+        "lovely day at the lake": "benign",
+    }  # unrated on hate, harassment or self-harm: neither gold nor benign
+    assert {lines[t].split for t in families} == {"test"}  # a published test set
     # The same words from two sources land in one split.
     same = [ln for ln in lines_all(fixture_dir) if _key(ln.text) == _key("what a game last night")]
     assert len(same) == 2
@@ -220,5 +249,5 @@ def test_the_committed_or_shared_files_match_their_pins() -> None:
     )
     assert not any(ln.split == "train" for ln in lines if ln.source in realdata.EVAL_ONLY)
     test_threats = [ln for ln in lines if ln.family == realdata.THREAT and ln.split == "test"]
-    assert test_threats
-    assert all(ln.source == "ethos" for ln in test_threats)
+    assert len(test_threats) >= realeval.THREAT_SET_MIN  # issue 27's held-out threat set
+    assert {ln.source for ln in test_threats} == {"ethos", "openai_moderation"}
