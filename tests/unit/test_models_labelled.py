@@ -251,3 +251,22 @@ def test_the_committed_or_shared_files_match_their_pins() -> None:
     test_threats = [ln for ln in lines if ln.family == realdata.THREAT and ln.split == "test"]
     assert len(test_threats) >= realeval.THREAT_SET_MIN  # issue 27's held-out threat set
     assert {ln.source for ln in test_threats} == {"ethos", "openai_moderation"}
+
+
+def test_report_targets_judge_the_pooled_labelled_figures() -> None:
+    from models import report
+
+    def rates(lines: int, flagged: float) -> dict[str, float]:
+        return {"lines": lines, "flagged": flagged, "blocked": 0.0}
+
+    pooled = {
+        "hateful": rates(700, 0.9),
+        "threat": rates(150, 0.7),
+        "group_neutral": rates(80, 0.1),
+    }
+    rows = report._labelled_targets({"labelled": {"pooled": pooled}})
+    assert [ok for _, _, ok in rows] == [True, False, False]
+    assert "fewer than the 200 asked" in rows[2][0]
+    pooled["threat"] = rates(204, 0.9)
+    assert "fewer" not in report._labelled_targets({"labelled": {"pooled": pooled}})[2][0]
+    assert report._labelled_targets({}) == []  # a report from before the labelled data
