@@ -25,6 +25,8 @@ USE = {
     " own flag limit), test",
     "ethos": "dev (recall; a tenth of the threats) and test only: never trained on (GPL-3.0)",
     "openai_moderation": "test only: a published evaluation set, never trained or tuned on",
+    "stormfront": "dev (hate in the recall pool) and test only: never trained on (CC BY-SA;"
+    " whether ShareAlike reaches trained weights is left to a decision)",
 }
 
 WORD_LIST = (
@@ -90,10 +92,9 @@ DROPPED = (
     "- Dynabench's dynamically generated hate (`bvidgen/Dynamically-Generated-Hate-Speech-"
     "Dataset`) and HateXplain (`hate-alert/HateXplain` `dataset.json`): their data files are"
     " too large for a snapshot here (absent).",
-    "- Stormfront sentences (`Vicomtech/hate-speech-dataset`, CC BY-SA 3.0 ES, de Gibert et"
-    " al. 2018: about 10,700 forum sentences labelled hate / noHate): fetched and read, not"
-    " wired in yet; Davidson et al. and ToxiGen already cover explicit and implicit hate,"
-    " and its ShareAlike terms need a decision on the model weights first.",
+    "- `stormfront` for training: its CC BY-SA 3.0 terms require adaptations to be shared"
+    " alike; whether weights trained on it are one is not settled here, so like the GPL-3.0"
+    " ETHOS comments it judges (dev and test) and never trains.",
     "- Dedicated threat corpora (the YouTube threat corpus of Hammer 2014, Golbeck et al.'s"
     " violent-threat posts, ThreatCore 2026): no public repository copy with its data was"
     " found. The held-out threat set is ETHOS's comments that incite violence (all but a"
@@ -242,7 +243,9 @@ def render(
         " `openai_moderation` is test only; each text counts under its first positive"
         " category (threat, hate, harassment, self_harm, sexual, graphic), texts rated clean"
         " on hate, harassment, violence and self-harm are `benign`, the sexual/minors ones"
-        " are not kept. The held-out threat set is both sources' `threat` test lines. The tuner"
+        " are not kept. `stormfront` (CC BY-SA) is dev and test only: its hate sentences count"
+        " as hate, its noHate ones as benign (`no_hate`). The held-out threat set is the"
+        " `threat` test lines of ETHOS and `openai_moderation`. The tuner"
         " adds every"
         " labelled hateful and threatening dev line to its recall pool and holds ToxiGen's"
         " neutral dev statements to their own flag limit. Two teachers were trained on"

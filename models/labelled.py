@@ -13,6 +13,9 @@ kept), so a statement that a source repeats (ToxiGen joins the same statements i
 prompts) counts once.
 
     python -m models.labelled prepare davidson=GIT_DIR toxigen=GIT_DIR ... [--out DIR]
+
+Each source names its repository, commit, files and licence below; DATA.md says how each is
+used (trained on, or dev and test only, or test only).
     python -m models.labelled counts      # per source and label: train / dev / test lines
 """
 
@@ -145,7 +148,28 @@ OPENAI_MODERATION = Labelled(
     " one (test split only)",
 )
 
-SOURCES: dict[str, Labelled] = {s.name: s for s in (DAVIDSON, TOXIGEN, ETHOS, OPENAI_MODERATION)}
+STORMFRONT = Labelled(
+    name="stormfront",
+    repo="Vicomtech/hate-speech-dataset",
+    commit="b802137e8314c38a8d4faa965f9908d6c8e7a84d",
+    paths=("annotations_metadata.csv", "all_files/*.txt"),
+    licence_path="LICENSE",
+    licence="CC BY-SA 3.0 ES (repository LICENSE and README)",
+    sha256="4ca1685ef476255f1f357cbccfa8383f36267dfcc5dc269cdeda8a97754a50eb",
+    licence_sha256="4d4d0674cda88cf00506c04f99ded5d9db7b98d51f71955ffaf39cece6453461",
+    rows=10_506,
+    columns=("text", "label", "num_contexts"),
+    description="Sentences of posts on a white-supremacist forum, each labelled hate or noHate"
+    " by the authors' annotators (with how many neighbouring sentences they needed to decide);"
+    " sentences labelled 'relation' (hate only together with another) or 'idk/skip' are left"
+    " out; whitespace collapsed, de-duplicated",
+    provenance="de Gibert, Perez, García-Pablos and Cuadros, 'Hate Speech Dataset from a White"
+    " Supremacy Forum', 2nd Workshop on Abusive Language Online (ALW2), 2018",
+)
+
+SOURCES: dict[str, Labelled] = {
+    s.name: s for s in (DAVIDSON, TOXIGEN, ETHOS, OPENAI_MODERATION, STORMFRONT)
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,6 +277,14 @@ def openai_moderation(
     return [
         (row["text"], labels(row["positive"]), labels(row["known"]))
         for row in read_rows(OPENAI_MODERATION, directory)
+    ]
+
+
+def stormfront(directory: Path | None = None) -> list[tuple[str, str, int]]:
+    """(sentence, hate / noHate, how many other sentences the annotator needed)."""
+    return [
+        (row["text"], row["label"], int(row["num_contexts"]))
+        for row in read_rows(STORMFRONT, directory)
     ]
 
 
@@ -407,6 +439,43 @@ def prepare_openai_moderation(show: Show) -> list[list[str]]:
     return out
 
 
+def prepare_stormfront(show: Show) -> list[list[str]]:
+    """Rows of stormfront.tsv: every hate or noHate sentence, in the annotation file's order."""
+    meta = csv.DictReader(io.StringIO(show(STORMFRONT.paths[0]).decode("utf-8")))
+    seen: set[str] = set()
+    out = []
+    for row in meta:
+        if row["label"] not in ("hate", "noHate"):
+            continue
+        text = _collapse(show(f"all_files/{row['file_id']}.txt").decode("utf-8", "replace"))
+        key = _key(text)
+        if len(key) < 3 or key in seen:
+            continue
+        seen.add(key)
+        out.append([text, row["label"], row["num_contexts"]])
+    return out
+
+
+def _git_tree(git_dir: Path, commit: str, folder: str) -> Show:
+    """Every file under `folder` at `commit`, read at once (`git archive`): thousands of small
+    files would otherwise cost a process each."""
+    import tarfile
+
+    done = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "archive", "--format=tar", commit, folder],
+        capture_output=True,
+        check=True,
+    )
+    files: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        for member in tar.getmembers():
+            extracted = tar.extractfile(member) if member.isfile() else None
+            if extracted is not None:
+                files[member.name] = extracted.read()
+    single = _git_show(git_dir, commit)
+    return lambda path: files[path] if path in files else single(path)
+
+
 def _git_show(git_dir: Path, commit: str) -> Show:
     def show(path: str) -> bytes:
         done = subprocess.run(
@@ -441,6 +510,8 @@ def prepare(name: str, git_dir: Path, out: Path) -> Path:
         rows = prepare_toxigen(show, _git_files(git_dir, source.commit, source.paths))
     elif name == "ethos":
         rows = prepare_ethos(show)
+    elif name == "stormfront":
+        rows = prepare_stormfront(_git_tree(git_dir, source.commit, "all_files"))
     else:
         rows = prepare_openai_moderation(show)
     folder = out / name

@@ -35,7 +35,10 @@ Targets for real lines (labels in `models.corpus.LABELS` order):
     text's family is its first positive category in the order threat (hate/threatening, or
     violence that is not graphic), hate, harassment, self_harm, sexual, graphic; texts rated
     on hate, harassment, violence and self-harm and positive on nothing are `benign`; the
-    rest (unrated where it matters) are left out.
+    rest (unrated where it matters) are left out;
+  - `stormfront` sentences (CC BY-SA: dev and test only, like `ethos`, until the ShareAlike
+    terms are settled for the weights): hate -> `identity_attack` and `toxicity`; noHate ->
+    benign (`no_hate`).
 The benign pools are unlabelled real text: a few of their lines are rude. Labelling them 0
 teaches that ordinary conversation is ordinary; the test figures count every flag on them as a
 false positive, so they are, if anything, pessimistic.
@@ -80,8 +83,8 @@ PERSPECTIVE = {
     "sexually_explicit": "sexual_explicit",
 }
 BENIGN = ("chat", "sms_ham", "tweets", "movie_dialog", "questions")
-LABELLED = ("davidson", "toxigen", "ethos", "openai_moderation")
-EVAL_ONLY = ("insults", "ethos", "openai_moderation")
+LABELLED = ("davidson", "toxigen", "ethos", "openai_moderation", "stormfront")
+EVAL_ONLY = ("insults", "ethos", "openai_moderation", "stormfront")
 # The family names the report and the tuner count by, in the labelled sources.
 HATE, THREAT = "hate", "threat"
 GROUP_NEUTRAL = ("toxigen", "neutral")  # neutral statements about groups: held to a flag limit
@@ -238,6 +241,17 @@ def _openai_moderation(rows: Sequence[tuple[str, frozenset[str], frozenset[str]]
     return out
 
 
+def _stormfront(rows: Sequence[tuple[str, str, int]]) -> list[Line]:
+    out = []
+    for text, label, _contexts in rows:
+        hot = 1.0 if label == "hate" else 0.0
+        target = _target(identity_attack=hot, toxicity=hot, obscene=_obscene(text))
+        family = HATE if hot else "no_hate"
+        split = split_of(text, EVAL_ONLY_SHARES)
+        out.append(Line(text, "stormfront", split, bool(hot), family, target))
+    return out
+
+
 def labelled_lines(directory: Path | None = None) -> list[Line]:
     """The labelled research data (`models.labelled`) as lines with split, family and target."""
     return (
@@ -245,6 +259,7 @@ def labelled_lines(directory: Path | None = None) -> list[Line]:
         + _toxigen(labelled.toxigen(directory))
         + _ethos(labelled.ethos(directory))
         + _openai_moderation(labelled.openai_moderation(directory))
+        + _stormfront(labelled.stormfront(directory))
     )
 
 

@@ -87,6 +87,19 @@ def test_openai_texts_keep_their_rated_labels_and_lose_sexual_minors() -> None:
     assert rows == [["I will find you", "V", "V,HR,V2"], ["nice weather", "", "H,V,HR,SH"]]
 
 
+def test_stormfront_keeps_hate_and_nohate_sentences_only() -> None:
+    files = {
+        "annotations_metadata.csv": "file_id,user_id,subforum_id,num_contexts,label\n"
+        "1_1,9,9,0,noHate\n1_2,9,9,2,hate\n1_3,9,9,0,relation\n1_4,9,9,0,idk/skip\n",
+        "all_files/1_1.txt": "Hello  everyone .\n",
+        "all_files/1_2.txt": "They are a plague .",
+        "all_files/1_3.txt": "And they do .",
+        "all_files/1_4.txt": "??",
+    }
+    rows = labelled.prepare_stormfront(_shower(files))
+    assert rows == [["Hello everyone .", "noHate", "0"], ["They are a plague .", "hate", "2"]]
+
+
 def test_tsv_round_trips_and_refuses_tabs() -> None:
     cols = ("text", "label")
     rows = [["say \"hi\" 'there'", "hate"], ["plain", "neutral"]]
@@ -123,6 +136,10 @@ FIXTURE = {
         ["an account of my own scars", "SH", "V,HR,SH,V2"],
         ["lovely day at the lake", "", "H,V,HR,SH,V2"],
         ["rated on violence only", "", "V,V2"],
+    ],
+    "stormfront": [
+        ["they are a plague on this land", "hate", "0"],
+        ["welcome to the forum", "noHate", "0"],
     ],
 }
 
@@ -194,6 +211,10 @@ def test_labelled_lines_get_families_gold_and_targets(fixture_dir: Path) -> None
         "lovely day at the lake": "benign",
     }  # unrated on hate, harassment or self-harm: neither gold nor benign
     assert {lines[t].split for t in families} == {"test"}  # a published test set
+    plague, welcome = lines["they are a plague on this land"], lines["welcome to the forum"]
+    assert (plague.family, plague.toxic, plague.target[ia]) == ("hate", True, 1.0)
+    assert (welcome.family, welcome.toxic) == ("no_hate", False)
+    assert "train" not in {plague.split, welcome.split}
     # The same words from two sources land in one split.
     same = [ln for ln in lines_all(fixture_dir) if _key(ln.text) == _key("what a game last night")]
     assert len(same) == 2
