@@ -3,7 +3,9 @@
 Every scorer is judged by its own verdict on the same lines: our model (fp32 and int8) by the
 default policy's action, a teacher by its published rule (`models.teachers.flagged`). The
 figures: benign flagged (and, for our model, blocked) per source, toxic recall per source and
-per family, ranking AUC, the insult comments' flag F1, and the worst mistakes as text.
+per family, ranking AUC, the insult comments' flag F1, the labelled research data's families
+(hateful caught, neutral talk about groups flagged, threats caught) per source and pooled, and
+the worst mistakes as text.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 Matrix = npt.NDArray[np.float32]
 WORST = 20
+THREAT_SET_MIN = 200  # issue 27: the held-out threat set it asks for
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,10 @@ def _f1(pred: npt.NDArray[np.bool_], gold: npt.NDArray[np.bool_]) -> float:
 def judge(lines: Sequence[Line], v: Verdicts) -> dict[str, Any]:
     """All real-text figures of one scorer on the test lines."""
     src = np.asarray([ln.source for ln in lines])
-    toxic = np.asarray([ln.toxic for ln in lines])
     family = np.asarray([ln.family for ln in lines])
+    # The toxic web text and insult comments keep their own figures; the labelled research
+    # data are reported by family (`labelled`), so these figures mean what they meant before.
+    toxic = np.asarray([ln.toxic for ln in lines]) & np.isin(src, realdata.TOXIC)
     chat_like = np.isin(src, realdata.CHAT_LIKE) & ~toxic
     out: dict[str, Any] = {"benign": {}, "toxic": {}, "family": {}}
     out["benign"]["chat-like"] = _rates(v, chat_like)
@@ -115,12 +120,40 @@ def judge(lines: Sequence[Line], v: Verdicts) -> dict[str, Any]:
     for fam in sorted(set(family[toxic])):
         out["family"][fam] = _rates(v, toxic & (family == fam))
     out["auc_chat_like_vs_toxic"] = realtext.auc(v.toxic_score[toxic], v.toxic_score[chat_like])
+    out["labelled"] = labelled_figures(lines, v)
     ins = src == "insults"
     out["insults"] = {
         "lines": int(ins.sum()),
         "flag_f1": _f1(v.flagged[ins], toxic[ins]),
         "non_insults_flagged": realtext.rate(v.flagged[ins & ~toxic]),
         "auc": realtext.auc(v.insult_score[ins & toxic], v.insult_score[ins & ~toxic]),
+    }
+    return out
+
+
+def labelled_figures(lines: Sequence[Line], v: Verdicts) -> dict[str, dict[str, Any]]:
+    """Flagged share per labelled source and family, and pooled over the sources: `hateful`
+    (every hate line), `threat` (the held-out threat set), `group_neutral` (neutral
+    statements about groups)."""
+    src = np.asarray([ln.source for ln in lines])
+    family = np.asarray([ln.family for ln in lines])
+    out: dict[str, dict[str, Any]] = {}
+    toxic = np.asarray([ln.toxic for ln in lines])
+    for name in realdata.LABELLED:
+        mine = src == name
+        out[name] = {
+            fam: {
+                **_rates(v, mine & (family == fam)),
+                "toxic": bool(toxic[mine & (family == fam)].any()),
+            }
+            for fam in sorted(set(family[mine]))
+        }
+    labelled = np.isin(src, realdata.LABELLED)
+    neutral_src, neutral_fam = realdata.GROUP_NEUTRAL
+    out["pooled"] = {
+        "hateful": _rates(v, labelled & (family == realdata.HATE)),
+        "threat": _rates(v, labelled & (family == realdata.THREAT)),
+        "group_neutral": _rates(v, (src == neutral_src) & (family == neutral_fam)),
     }
     return out
 
@@ -195,15 +228,13 @@ def identity_probe(v: Verdicts, rows: Sequence[identity.Probe]) -> dict[str, Any
 
 def run(scorers: dict[str, Scorer], with_worst: Sequence[str]) -> dict[str, Any]:
     """Every scorer on the real test lines and the identity probe."""
-    lines = realdata.select(realdata.load(), "test", realdata.BENIGN + realdata.TOXIC)
+    names = realdata.BENIGN + realdata.TOXIC + realdata.LABELLED
+    lines = realdata.select(realdata.load(), "test", names)
     texts = [ln.text for ln in lines]
     probe = identity.probe()
     probe_texts = [r.text for r in probe]
     out: dict[str, Any] = {
-        "test_lines": {
-            name: sum(1 for ln in lines if ln.source == name)
-            for name in realdata.BENIGN + realdata.TOXIC
-        },
+        "test_lines": {name: sum(1 for ln in lines if ln.source == name) for name in names},
         "scorers": {},
         "identity": {},
         "identity_lines": {

@@ -121,6 +121,8 @@ def tune(
     max_block: float,
     max_review: float,
     families: Sequence[str] | None = None,
+    groups: Matrix | None = None,
+    max_group_flag: float = 1.0,
 ) -> dict[str, Any]:
     """The (nudge, block) pair and the grey zones of `HURTING_LABELS` that catch the most dev
     toxic lines within the benign limits.
@@ -133,6 +135,9 @@ def tune(
     remaining ties go to the higher thresholds. Then each grey zone gets `review` while the
     review limit holds, else `nudge` (`_grey_actions`). `families` (the toxic lines' families,
     `realdata.Line.family`) adds, per hurting label, how many lines of its own family are caught.
+    `groups`, benign statements about identity groups, must be flagged at most `max_group_flag`
+    (grey zones included): chat rarely talks about groups, so the chat limit alone would let a
+    table flag them freely.
     """
     best: tuple[float, float, float, float] | None = None  # recall, blocked, nudge, block
     grey_of: dict[tuple[float, float], dict[str, float]] = {}
@@ -146,7 +151,9 @@ def tune(
             flagged, blocked = flag_block(benign, labels, base)
             if rate(flagged) > max_flag or rate(blocked) > max_block:
                 continue  # grey zones only add flags, never blocks
-            grey = _grey_zones(benign, toxic, labels, base, max_flag)
+            if groups is not None and rate(flag_block(groups, labels, base)[0]) > max_group_flag:
+                continue
+            grey = _grey_zones(benign, toxic, labels, base, max_flag, groups, max_group_flag)
             table = _with_grey(base, {lb: (REVIEW, t) for lb, t in grey.items()})
             t_flagged, t_blocked = flag_block(toxic, labels, table)
             key = (rate(t_flagged), rate(t_blocked), nudge, block)
@@ -162,6 +169,7 @@ def tune(
     table = _with_grey(base, zones)
     flagged, blocked = flag_block(benign, labels, table)
     t_flagged, t_blocked = flag_block(toxic, labels, table)
+    group_flagged = flag_block(groups, labels, table)[0] if groups is not None else None
     return {
         "nudge": nudge,
         "block": block,
@@ -179,6 +187,11 @@ def tune(
         "max_flag": max_flag,
         "max_review": max_review,
         "max_block": max_block,
+        **(
+            {"dev_group_flag_rate": rate(group_flagged), "max_group_flag": max_group_flag}
+            if group_flagged is not None
+            else {}
+        ),
     }
 
 
@@ -191,7 +204,13 @@ def _with_grey(base: Table, zones: Mapping[str, tuple[str, float]]) -> dict[str,
 
 
 def _grey_zones(
-    benign: Matrix, toxic: Matrix, labels: Sequence[str], base: Table, max_flag: float
+    benign: Matrix,
+    toxic: Matrix,
+    labels: Sequence[str],
+    base: Table,
+    max_flag: float,
+    groups: Matrix | None = None,
+    max_group_flag: float = 1.0,
 ) -> dict[str, float]:
     """Grey thresholds for the hurting labels, below their block ones, over `base`.
 
@@ -199,10 +218,14 @@ def _grey_zones(
     benign line it adds (one that adds none first, then the larger gain, then the higher
     threshold), while the benign flag limit holds. A label that gained nothing then gets the
     lowest threshold that flags no further benign line, so every hurting label has a lower
-    action unless even its highest grid point costs ordinary chat.
+    action unless even its highest grid point costs ordinary chat. `groups` (benign statements
+    about identity groups) stay within `max_group_flag` at every step.
     """
     ben, tox = flag_block(benign, labels, base)[0], flag_block(toxic, labels, base)[0]
     limit = max_flag * len(benign)
+    grp = groups if groups is not None else np.zeros((0, len(labels)), dtype=np.float32)
+    grf = flag_block(grp, labels, base)[0]
+    group_limit = max_group_flag * len(grp)
     hurting = [lb for lb in HURTING_LABELS if lb in labels]
     column = {lb: list(labels).index(lb) for lb in hurting}
 
@@ -218,6 +241,8 @@ def _grey_zones(
                 cost, gain = int(nb.sum() - ben.sum()), int(nt.sum() - tox.sum())
                 if gain <= 0 or nb.sum() > limit:
                     continue
+                if (grf | (grp[:, column[label]] >= t)).sum() > group_limit:
+                    continue
                 candidate = (gain / cost if cost else np.inf, gain, t, label)
                 if move is None or candidate[:3] > move[:3]:
                     move = candidate
@@ -227,13 +252,16 @@ def _grey_zones(
         grey[label] = t
         ben |= benign[:, column[label]] >= t
         tox |= toxic[:, column[label]] >= t
+        grf |= grp[:, column[label]] >= t
     for label in hurting:
         if label not in grey:
             free = [t for t in steps(label, np.inf)
-                    if not (~ben & (benign[:, column[label]] >= t)).any()]  # fmt: skip
+                    if not (~ben & (benign[:, column[label]] >= t)).any()
+                    and not (~grf & (grp[:, column[label]] >= t)).any()]  # fmt: skip
             if free:
                 grey[label] = free[0]
                 ben |= benign[:, column[label]] >= free[0]
+                grf |= grp[:, column[label]] >= free[0]
     return grey
 
 

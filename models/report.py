@@ -25,8 +25,13 @@ NOTES = (
     " rates, not only at each one's own threshold: the teachers flag four to five times more of"
     " the benign chat.",
     "- No real labelled text covers `self_harm`, and real `sexual_explicit` and `threat` lines"
-    " are few (toxic web snippets only): those labels rest on the template corpus. The family"
-    " rows with a dozen lines are noisy.",
+    " are few (toxic web snippets; ETHOS's violence comments, which judge but never train):"
+    " those labels rest on the template corpus. The family rows with a dozen lines are noisy.",
+    "- Labelled research data: the held-out threat set is ETHOS's comments that incite"
+    " violence and the threatening texts of OpenAI's moderation test set (`models/DATA.md`);"
+    " `openai_moderation` texts are long (a median of about 380 characters), so how much of"
+    " each the model reads matters there. alt-profanity-check and HateSonar were trained on"
+    " Davidson et al.'s tweets, so their `davidson` rows are not held out for them.",
     "- The identity probe is written in this project's voice; it checks the words, not every"
     " way people speak about themselves or attack others.",
     "- `obscene` is lexical by construction and never acts alone; `severe_toxicity` is coarse"
@@ -257,6 +262,17 @@ def _real_rows(real: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         rows.append(
             (f"toxic family `{fam}` flagged ({m['lines']})", get(("family", fam, "flagged")))
         )
+    for src, families in first.get("labelled", {}).items():
+        if src == "pooled":
+            continue
+        for fam, m in families.items():
+            verb = "caught" if m.get("toxic") else "flagged"
+            rows.append(
+                (
+                    f"labelled `{src}` {fam} {verb} ({m['lines']})",
+                    get(("labelled", src, fam, "flagged")),
+                )
+            )
     rows.append(("AUC, chat-like benign vs real toxic", get(("auc_chat_like_vs_toxic",), False)))
     ins = first["insults"]
     rows.append((f"insult comments: flag F1 ({ins['lines']})", get(("insults", "flag_f1"), False)))
@@ -317,6 +333,7 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
             ident["hostile_caught"] >= 0.95,
         ),
     ]
+    rows += _labelled_targets(ours)
     if f32 is not None:
         worst = realeval.int8_gap(ours, f32)
         rows.append(
@@ -383,6 +400,38 @@ def render_tuning(tuning: Mapping[str, Any]) -> list[str]:
     lines += [f"| {label} | none: every threshold below block costs benign lines | | | | | |"
               for label in tuning.get("no_grey", [])]  # fmt: skip
     return lines
+
+
+def _labelled_targets(ours: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """Issue 27's targets on the labelled research data's test split (our int8 model)."""
+    pooled = ours.get("labelled", {}).get("pooled")
+    if not pooled:
+        return []
+    hateful, threat, neutral = (pooled[k] for k in ("hateful", "threat", "group_neutral"))
+    short = threat["lines"] < realeval.THREAT_SET_MIN
+    return [
+        (
+            f"hateful lines of the labelled sources caught >= 85% ({hateful['lines']} lines)",
+            _pct(hateful["flagged"]),
+            hateful["flagged"] >= 0.85,
+        ),
+        (
+            f"neutral statements about groups (ToxiGen) flagged <= 5% ({neutral['lines']} lines)",
+            _pct(neutral["flagged"]),
+            neutral["flagged"] <= 0.05,
+        ),
+        (
+            f"held-out real threats caught >= 85% ({threat['lines']} lines"
+            + (
+                f", fewer than the {realeval.THREAT_SET_MIN} asked: all the sources hold"
+                if short
+                else ""
+            )
+            + ")",
+            _pct(threat["flagged"]),
+            threat["flagged"] >= 0.85,
+        ),
+    ]
 
 
 def render_real(real: Mapping[str, Any], tuning: Mapping[str, Any] | None) -> list[str]:

@@ -50,7 +50,8 @@ def measure(
     """Tune on the dev scores, then the synthetic and real test figures under that policy.
 
     `scores` holds matrices for "synthetic", "dev_benign", "dev_toxic", "test_benign",
-    "test_toxic" and "test_rtp", and `synthetic_gold` the synthetic lines' 0/1 labels (columns
+    "test_toxic" and "test_rtp" (and "dev_groups", held to the build's group limit, when
+    present), and `synthetic_gold` the synthetic lines' 0/1 labels (columns
     in corpus.LABELS order).
     """
     labels = corpus.LABELS
@@ -61,6 +62,8 @@ def measure(
         max_flag=tuning.MAX_FLAG,
         max_block=tuning.MAX_BLOCK,
         max_review=tuning.MAX_REVIEW,
+        groups=scores.get("dev_groups"),
+        max_group_flag=tuning.MAX_GROUP_FLAG,
     )
     table = tuned["table"]
     syn_flag, _ = realtext.flag_block(scores["synthetic"], labels, table)
@@ -95,7 +98,12 @@ def _texts() -> tuple[dict[str, list[str]], npt.NDArray[np.float32]]:
     texts = {
         "synthetic": [t for t, _ in held],
         "dev_benign": pick("dev", realdata.CHAT_LIKE, False),
-        "dev_toxic": pick("dev", realdata.TOXIC, True),
+        "dev_toxic": pick("dev", realdata.TOXIC + realdata.LABELLED, True),
+        "dev_groups": [
+            ln.text
+            for ln in realdata.select(lines, "dev", realdata.GROUP_NEUTRAL[:1])
+            if ln.family == realdata.GROUP_NEUTRAL[1]
+        ],
         "test_benign": pick("test", realdata.CHAT_LIKE, False),
         "test_toxic": pick("test", realdata.TOXIC, True),
         "test_rtp": pick("test", ("rtp_scored",), True),

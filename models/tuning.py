@@ -7,6 +7,11 @@ the thresholds that catch the most real toxic dev lines win: the (nudge, block) 
 label that can hurt most (`realtext.HURTING_LABELS`), a grey zone below its block threshold sent
 to `review` or `nudge`. The limits sit below the issue's targets (1%, of which review 0.5%; 0.2%
 blocked) so that a test split, which the tuner never sees, has room for sampling noise.
+
+The toxic dev lines are the web snippets and insult comments plus the labelled research data's
+hateful and threatening lines (`realdata.LABELLED`); ToxiGen's neutral statements about groups
+are held to their own limit, `MAX_GROUP_FLAG` (issue 27's target is 5%; their dev split is a
+few dozen lines, so the limit leaves room for one more on the test split).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from models import onnx_export, realdata, realtext
 MAX_FLAG = 0.008
 MAX_REVIEW = 0.004
 MAX_BLOCK = 0.001
+MAX_GROUP_FLAG = 0.03
 POLICY_FILE = Path(__file__).resolve().parent.parent / "moderator" / "default_policy.toml"
 
 HEADER = """\
@@ -67,18 +73,26 @@ def header(result: Mapping[str, Any], model: str) -> str:
     return HEADER + "\n".join(lines) + "\n"
 
 
-def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str], list[str]]:
-    """int8 scores of the real benign chat-like dev lines and the real toxic dev lines, the
-    model's labels, and each toxic line's family (`realdata.Line.family`)."""
+def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str], list[str], Any]:
+    """int8 scores of the real benign chat-like dev lines and the real toxic dev lines (labelled
+    hate and threats included), the model's labels, each toxic line's family
+    (`realdata.Line.family`), and the scores of the neutral statements about groups."""
     model = onnx_export.classifier(model_dir)
     lines = realdata.load()
     benign = [ln.text for ln in realdata.select(lines, "dev", realdata.CHAT_LIKE)]
-    toxic = [ln for ln in realdata.select(lines, "dev", realdata.TOXIC) if ln.toxic]
+    toxic = [
+        ln for ln in realdata.select(lines, "dev", realdata.TOXIC + realdata.LABELLED) if ln.toxic
+    ]
+    neutral_src, neutral_fam = realdata.GROUP_NEUTRAL
+    groups = [
+        ln.text for ln in realdata.select(lines, "dev", (neutral_src,)) if ln.family == neutral_fam
+    ]
     return (
         realtext.batch_scores(model, benign),
         realtext.batch_scores(model, [ln.text for ln in toxic]),
         list(model.labels),
         [ln.family for ln in toxic],
+        realtext.batch_scores(model, groups),
     )
 
 
@@ -155,7 +169,7 @@ def summary(result: Mapping[str, Any]) -> list[str]:
 
 def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dict[str, Any]:
     """Tune, write the policy file (version bumped if the thresholds changed), and return why."""
-    benign, toxic, labels, families = dev_scores(model_dir)
+    benign, toxic, labels, families, groups = dev_scores(model_dir)
     result = realtext.tune(
         benign,
         toxic,
@@ -164,8 +178,12 @@ def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dic
         max_block=MAX_BLOCK,
         max_review=MAX_REVIEW,
         families=families,
+        groups=groups,
+        max_group_flag=MAX_GROUP_FLAG,
     )
-    result.update(dev_benign_lines=len(benign), dev_toxic_lines=len(toxic))
+    result.update(
+        dev_benign_lines=len(benign), dev_toxic_lines=len(toxic), dev_group_lines=len(groups)
+    )
     table = result.pop("table")
     manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
     version, old = read_thresholds(policy_file)

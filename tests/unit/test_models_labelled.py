@@ -1,0 +1,293 @@
+"""The labelled research data: cleaning, the pinned files, splits and training targets."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from models import corpus, labelled, realdata, realeval
+from moderator.normalize import normalize_text
+
+LABELS = corpus.LABELS
+
+
+def _key(text: str) -> str:
+    return normalize_text(text).lower()
+
+
+def test_tweets_lose_retweet_prefixes_mentions_urls_and_entities() -> None:
+    raw = '!!! RT @some_user: you &amp;amp; @other are a joke http://t.co/x1 &#128567;"'
+    assert labelled.clean_tweet(raw) == "you & are a joke 😷"
+    assert labelled.clean_tweet('she said "hi" to me') == 'she said "hi" to me'
+
+
+def test_prompt_lines_split_into_their_statements() -> None:
+    line = "- first one\\n- second, with a comma\\n- third!- fourth\\\\\\n-"
+    assert labelled.split_prompt(line) == ["first one", "second, with a comma", "third!", "fourth"]
+    assert labelled.split_prompt("a non-binary person") == ["a non-binary person"]
+
+
+def _shower(files: dict[str, str]) -> labelled.Show:
+    return lambda path: files[path].encode("utf-8")
+
+
+def test_toxigen_statements_are_deduplicated_across_prompts_and_groups() -> None:
+    files = {
+        "prompts/hate_women_1k.txt": "- x are bad\\n- y are worse\\n-\n- X  are BAD\\n-\n",
+        "prompts/hate_trans_1k.txt": "- x are bad\\n- both ways\\n-\n",
+        "prompts/neutral_women_1k.txt": "- x are people\\n- both ways\\n-\n",
+    }
+    rows = labelled.prepare_toxigen(_shower(files), list(files))
+    by_text = {text: (label, groups) for text, label, groups in rows}
+    assert by_text == {
+        "x are bad": ("hate", "trans,women"),
+        "y are worse": ("hate", "women"),
+        "x are people": ("neutral", "women"),
+    }  # "both ways" sits under both labels: dropped
+
+
+def test_davidson_keeps_votes_and_the_first_of_each_normalised_tweet() -> None:
+    csv_text = (
+        ",count,hate_speech,offensive_language,neither,class,tweet\n"
+        "0,3,2,1,0,0,RT @a: those people are vermin\n"
+        "1,3,0,3,0,1,@b THOSE people are   vermin\n"
+        "2,3,0,0,3,2,nice game today\n"
+        "3,3,0,0,3,2,@c\n"
+    )
+    rows = labelled.prepare_davidson(_shower({"data/labeled_data.csv": csv_text}))
+    assert rows == [
+        ["those people are vermin", "hate", "3", "2", "1", "0"],
+        ["nice game today", "neither", "3", "0", "0", "3"],
+    ]
+
+
+def test_ethos_comments_carry_their_violence_share_when_rated() -> None:
+    binary = "comment;isHate\nkill them all;1.0\nnice video;0.0\nnice video ;0.0\n"
+    multi = "comment;violence;directed_vs_generalized\nkill them all;0.8333333;0\n"
+    files = dict(zip(labelled.ETHOS.paths, (binary, multi), strict=True))
+    rows = labelled.prepare_ethos(_shower(files))
+    assert rows == [["kill them all", "1", "0.8333"], ["nice video", "0", ""]]
+
+
+def test_openai_texts_keep_their_rated_labels_and_lose_sexual_minors() -> None:
+    import gzip
+    import json
+
+    records = [
+        {"prompt": "I will  find you", "V": 1, "HR": 0, "V2": 0},
+        {"prompt": "a text about a minor", "S": 1, "S3": 1},
+        {"prompt": "nice weather", "H": 0, "HR": 0, "V": 0, "SH": 0},
+    ]
+    data = gzip.compress("\n".join(json.dumps(r) for r in records).encode())
+    rows = labelled.prepare_openai_moderation(lambda path: data)
+    assert rows == [["I will find you", "V", "V,HR,V2"], ["nice weather", "", "H,V,HR,SH"]]
+
+
+def test_stormfront_keeps_hate_and_nohate_sentences_only() -> None:
+    files = {
+        "annotations_metadata.csv": "file_id,user_id,subforum_id,num_contexts,label\n"
+        "1_1,9,9,0,noHate\n1_2,9,9,2,hate\n1_3,9,9,0,relation\n1_4,9,9,0,idk/skip\n",
+        "all_files/1_1.txt": "Hello  everyone .\n",
+        "all_files/1_2.txt": "They are a plague .",
+        "all_files/1_3.txt": "And they do .",
+        "all_files/1_4.txt": "??",
+    }
+    rows = labelled.prepare_stormfront(_shower(files))
+    assert rows == [["Hello everyone .", "noHate", "0"], ["They are a plague .", "hate", "2"]]
+
+
+def test_tsv_round_trips_and_refuses_tabs() -> None:
+    cols = ("text", "label")
+    rows = [["say \"hi\" 'there'", "hate"], ["plain", "neutral"]]
+    assert labelled.parse_tsv(labelled.write_tsv(rows, cols), cols) == [
+        dict(zip(cols, r, strict=True)) for r in rows
+    ]
+    with pytest.raises(ValueError, match="tab"):
+        labelled.write_tsv([["a\tb", "hate"]], cols)
+    with pytest.raises(ValueError, match="header"):
+        labelled.parse_tsv("x\ty\n", cols)
+
+
+FIXTURE = {
+    "davidson": [
+        ["go back where you came from, vermin", "hate", "3", "3", "0", "0"],
+        ["you fucking hoe", "offensive", "3", "0", "3", "0"],
+        ["what a game last night", "neither", "3", "0", "0", "3"],
+    ],
+    "toxigen": [
+        ["they should all be sent away", "hate", "immigrant"],
+        ["many immigrants start businesses", "neutral", "immigrant"],
+        # the same words as a Davidson line: one split whatever the source
+        ["What a game last night", "neutral", "women"],
+    ],
+    "ethos": [
+        ["we should shoot them all", "1", "0.9"],
+        ["they are a disease", "0.8333", "0.1"],
+        ["they are all a bit odd", "0.3333", ""],
+        ["great video", "0", ""],
+    ],
+    "openai_moderation": [
+        ["i will find you and hurt you", "V,HR", "H,V,HR,SH,V2"],
+        ["they are animals", "H", "H,V,HR,SH"],
+        ["an account of my own scars", "SH", "V,HR,SH,V2"],
+        ["lovely day at the lake", "", "H,V,HR,SH,V2"],
+        ["rated on violence only", "", "V,V2"],
+    ],
+    "stormfront": [
+        ["they are a plague on this land", "hate", "0"],
+        ["welcome to the forum", "noHate", "0"],
+    ],
+}
+
+
+def _write_fixture(root: Path) -> dict[str, labelled.Labelled]:
+    """The fixture as pinned files, and the sources pinned to them."""
+    pinned = {}
+    for name, rows in FIXTURE.items():
+        source = labelled.SOURCES[name]
+        folder = root / name
+        folder.mkdir(parents=True)
+        data = labelled.write_tsv(rows, source.columns).encode()
+        (folder / source.tsv).write_bytes(data)
+        (folder / labelled.LICENCE_FILE).write_text(f"licence of {name}\n")
+        pinned[name] = dataclasses.replace(
+            source,
+            sha256=hashlib.sha256(data).hexdigest(),
+            licence_sha256=hashlib.sha256(f"licence of {name}\n".encode()).hexdigest(),
+        )
+    return pinned
+
+
+@pytest.fixture
+def fixture_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, source in _write_fixture(tmp_path).items():
+        monkeypatch.setattr(labelled, name.upper(), source)
+        monkeypatch.setitem(labelled.SOURCES, name, source)
+    return tmp_path
+
+
+def test_the_pinned_files_and_their_licence_must_be_there_and_unchanged(
+    fixture_dir: Path,
+) -> None:
+    assert len(labelled.davidson(fixture_dir)) == len(FIXTURE["davidson"])
+    (fixture_dir / "toxigen" / labelled.LICENCE_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="LICENSE"):
+        labelled.toxigen(fixture_dir)
+    with (fixture_dir / "ethos" / "ethos.tsv").open("a") as f:
+        f.write("one more line\t0\t\n")
+    with pytest.raises(ValueError, match="sha256"):
+        labelled.ethos(fixture_dir)
+
+
+def test_labelled_lines_get_families_gold_and_targets(fixture_dir: Path) -> None:
+    lines = {ln.text: ln for ln in realdata.labelled_lines(fixture_dir)}
+    ia, tox, thr, obs = (
+        LABELS.index(k) for k in ("identity_attack", "toxicity", "threat", "obscene")
+    )
+    hate = lines["go back where you came from, vermin"]
+    assert (hate.family, hate.toxic) == ("hate", True)
+    assert (hate.target[ia], hate.target[tox]) == (1.0, 1.0)
+    offensive = lines["you fucking hoe"]
+    assert (offensive.family, offensive.toxic) == ("offensive", False)
+    assert offensive.target[ia] == 0.0  # the teachers decide (distillation), not the label
+    assert lines["they should all be sent away"].target[ia] == 1.0
+    assert max(lines["many immigrants start businesses"].target) == 0.0
+    threat = lines["we should shoot them all"]
+    assert (threat.family, threat.toxic, threat.target[thr]) == ("threat", True, 0.9)
+    assert lines["they are a disease"].family == "hate"
+    assert "they are all a bit odd" not in lines  # a minority called it hate: left out
+    assert (lines["great video"].family, lines["great video"].toxic) == ("not_hate", False)
+    assert all(ln.split != "train" for ln in lines.values() if ln.source == "ethos")
+    assert lines["you fucking hoe"].target[obs] == 1.0
+    families = {t: ln.family for t, ln in lines.items() if ln.source == "openai_moderation"}
+    assert families == {
+        "i will find you and hurt you": "threat",
+        "they are animals": "hate",
+        "an account of my own scars": "self_harm",
+        "lovely day at the lake": "benign",
+    }  # unrated on hate, harassment or self-harm: neither gold nor benign
+    assert {lines[t].split for t in families} == {"test"}  # a published test set
+    plague, welcome = lines["they are a plague on this land"], lines["welcome to the forum"]
+    assert (plague.family, plague.toxic, plague.target[ia]) == ("hate", True, 1.0)
+    assert (welcome.family, welcome.toxic) == ("no_hate", False)
+    assert "train" not in {plague.split, welcome.split}
+    # The same words from two sources land in one split.
+    same = [ln for ln in lines_all(fixture_dir) if _key(ln.text) == _key("what a game last night")]
+    assert len(same) == 2
+    assert len({ln.split for ln in same}) == 1
+
+
+def lines_all(folder: Path) -> list[realdata.Line]:
+    return realdata.labelled_lines(folder)
+
+
+def test_training_keeps_eval_only_sources_out_and_caps_offensive_tweets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def line(text: str, source: str, family: str, toxic: bool = False) -> realdata.Line:
+        return realdata.Line(text, source, "train", toxic, family, (0.0,) * len(LABELS))
+
+    offensive = [line(f"offensive tweet {i}", "davidson", "offensive") for i in range(10)]
+    lines = [
+        *offensive,
+        line("hateful tweet", "davidson", "hate", True),
+        line("an ethos comment that is somehow in train", "ethos", "hate", True),
+        dataclasses.replace(line("neutral statement", "toxigen", "neutral"), split="dev"),
+    ]
+    monkeypatch.setitem(realdata.FAMILY_CAPS, ("davidson", "offensive"), 4)
+    counts: dict[str, dict[str, int]] = {}
+    got = realdata.training_lines(lines, counts=counts)
+    texts = Counter(t for t, _ in got)
+    assert sum(1 for t in texts if t.startswith("offensive tweet")) == 4
+    assert texts["hateful tweet"] == 2  # hateful lines are seen twice, as rude lines are
+    assert "neutral statement" not in texts  # dev is never trained on
+    assert counts["davidson"] == {"lines": 5, "rude": 1}
+
+
+def test_the_committed_or_shared_files_match_their_pins() -> None:
+    """On the real files: counts, no duplicates, one split per line, a licence beside each."""
+    folder = labelled.data_dir()
+    if not all((folder / name / s.tsv).is_file() for name, s in labelled.SOURCES.items()):
+        pytest.skip(f"no labelled data in {folder} (see models/DATA.md and models/labelled.py)")
+    for name, source in labelled.SOURCES.items():
+        rows = labelled.read_rows(source)  # checks both sha256s
+        assert len(rows) == source.rows
+        assert (folder / name / labelled.LICENCE_FILE).stat().st_size > 0
+        keys = [_key(r["text"]) for r in rows]
+        assert len(set(keys)) == len(keys)
+    lines = realdata.labelled_lines()
+    trained = {_key(ln.text) for ln in lines if ln.split == "train"}
+    # Within the trained sources a text has one split; eval-only ones never train, and the
+    # few texts they share with a trained line are dropped when all sources load together.
+    assert not any(
+        _key(ln.text) in trained
+        for ln in lines
+        if ln.split != "train" and ln.source not in realdata.EVAL_ONLY
+    )
+    assert not any(ln.split == "train" for ln in lines if ln.source in realdata.EVAL_ONLY)
+    test_threats = [ln for ln in lines if ln.family == realdata.THREAT and ln.split == "test"]
+    assert len(test_threats) >= realeval.THREAT_SET_MIN  # issue 27's held-out threat set
+    assert {ln.source for ln in test_threats} == {"ethos", "openai_moderation"}
+
+
+def test_report_targets_judge_the_pooled_labelled_figures() -> None:
+    from models import report
+
+    def rates(lines: int, flagged: float) -> dict[str, float]:
+        return {"lines": lines, "flagged": flagged, "blocked": 0.0}
+
+    pooled = {
+        "hateful": rates(700, 0.9),
+        "threat": rates(150, 0.7),
+        "group_neutral": rates(80, 0.1),
+    }
+    rows = report._labelled_targets({"labelled": {"pooled": pooled}})
+    assert [ok for _, _, ok in rows] == [True, False, False]
+    assert "fewer than the 200 asked" in rows[2][0]
+    pooled["threat"] = rates(204, 0.9)
+    assert "fewer" not in report._labelled_targets({"labelled": {"pooled": pooled}})[2][0]
+    assert report._labelled_targets({}) == []  # a report from before the labelled data
