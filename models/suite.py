@@ -27,7 +27,7 @@ import io
 import logging
 import random
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -339,6 +339,30 @@ def benign_pool(teachers_loaded: Sequence[Any]) -> list[str]:
     return [t for t, k in zip(texts, keep, strict=True) if k]
 
 
+def in_training(cases: Sequence[Case], trained: Iterable[str]) -> dict[str, int]:
+    """Per category, the suite lines that also occur (normalised) among the `trained` texts.
+    Common lines ("gg", "kys") may be there by coincidence; the report says how many."""
+    from moderator.normalize import normalize_text
+
+    def key(text: str) -> str:
+        return " ".join(normalize_text(text).casefold().split())
+
+    seen = {key(t) for t in trained}
+    out: dict[str, int] = {}
+    for case in cases:
+        if key(case.text) in seen:
+            out[case.category] = out.get(case.category, 0) + 1
+    return out
+
+
+def trained_texts() -> list[str]:
+    """Text the model trains on: the template corpus and the real train split."""
+    from models import corpus, realdata
+
+    templates = [t for t, _ in corpus.read_tsv(corpus.TRAIN_FILE)]
+    return templates + [ln.text for ln in realdata.load() if ln.split == "train"]
+
+
 def measure(model_dir: Path, *, threads: int = 2) -> dict[str, Any]:
     """The suite (our model as the runtime decides, and every teacher) and the padding probes."""
     from models import teachers
@@ -355,6 +379,7 @@ def measure(model_dir: Path, *, threads: int = 2) -> dict[str, Any]:
     suite = judge_suite(cases, scorers)
     suite["model"] = classifier.info.ident
     suite["policy"] = policy.ident
+    suite["in_training"] = in_training(cases, trained_texts())
     hostile = [c.text for c in cases if c.hateful and not c.is_language]
     pool = benign_pool(loaded)
     logger.info("padding probes: %d hostile lines, %d pool lines", len(hostile), len(pool))
@@ -412,6 +437,14 @@ def render(suite: Mapping[str, Any] | None) -> list[str]:
             cells = " | ".join(_pct(g[key][n]) for n in names)
             lines.append(f"| {code} ({g['hostile']} / {g['benign']}) | {title} | {cells} |")
     short = suite["short"]
+    trained = suite.get("in_training")
+    if trained is not None:
+        where = ", ".join(f"{k} {n}" for k, n in trained.items()) or "none"
+        lines += [
+            "",
+            f"Suite lines that also occur in text the model trains on (template corpus or real"
+            f" train split, normalised; by coincidence, as common chat): {where}.",
+        ]
     lines += [
         "",
         f'Short or ambiguous lines ("gg", "xD", emoji, names; {short["lines"]}): sent to'

@@ -114,6 +114,13 @@ def test_each_kind_of_case_is_counted_by_its_own_rule() -> None:
     assert suite.render(None) == []
 
 
+def test_suite_lines_found_in_training_text_are_counted_per_category() -> None:
+    trained = ["GG", "kys  ", "something else entirely"]
+    assert suite.in_training(CASES, trained) == {"short": 1}
+    cases = [*CASES, Case("self_harm_urging", True, "KYS")]
+    assert suite.in_training(cases, trained) == {"short": 1, "self_harm_urging": 1}
+
+
 def test_a_category_mixing_hateful_and_benign_is_refused() -> None:
     mixed = [Case("slur", True, "a"), Case("slur", False, "b")]
     with pytest.raises(ValueError, match="mixes"):
