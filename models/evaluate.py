@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models import corpus, onnx_export
+from models import corpus, onnx_export, suite
 from models.realtext import Decide
 from moderator.classifier import Classifier
 from moderator.policy import DEFAULT_ACTIONS, Policy
@@ -225,6 +225,7 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
     metrics["latency_load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
 
     metrics["real"] = evaluate_real(classifiers, decide)
+    metrics["suite"] = suite.measure(model_dir)  # our functional suite and the padding probes
 
     for key, path in (
         ("unseen_chat", corpus.UNSEEN_FILE),

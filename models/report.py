@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from models import realeval
+from models import realeval, suite
 from models.evaluate import LATENCY_LENGTHS, LATENCY_THREADS
 
 NOTES = (
@@ -99,6 +99,7 @@ def render(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     ]
     if "real" in metrics:
         lines += render_real(metrics["real"], manifest.get("policy_tuning"))
+    lines += suite.render(metrics.get("suite"))
     if training:
         lines += [
             "## Training",
