@@ -65,8 +65,9 @@ def _weight(ch: str) -> int:
     return 1
 
 
-def evidence(text: str) -> tuple[int, int]:
-    """(letters, distinct words) of `text` as the gate counts them (see the module's doc)."""
+def evidence(text: str, enough: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(letters, distinct words) of `text` as the gate counts them (see the module's doc);
+    with `enough`, counting stops once both reach it."""
     letters = 0
     words: set[str] = set()
     for token in _NOISE.sub(" ", text).lower().split():
@@ -80,6 +81,8 @@ def evidence(text: str) -> tuple[int, int]:
                 spaced.append(ch)
         if spaced:
             words.add("".join(spaced))
+        if enough is not None and letters >= enough[0] and len(words) >= enough[1]:
+            break
     return letters, len(words)
 
 
@@ -121,7 +124,7 @@ class LanguageGate:
         """The language code of `text` when it is confidently a language the model does not
         read, else None (supported, too short to tell, or unsure)."""
         text = normalize_text(text)
-        letters, words = evidence(text)
+        letters, words = evidence(text, (self.min_letters, self.min_words))
         if letters < self.min_letters or words < self.min_words:
             return None
         ranked = self.rank(text)

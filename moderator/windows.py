@@ -104,7 +104,12 @@ class WindowScorer:
     untruncated copy of the classifier's tokenizer)."""
 
     def __init__(
-        self, classifier: Classifier, *, max_windows: int = MAX_WINDOWS, stride: int | None = None
+        self,
+        classifier: Classifier,
+        *,
+        max_windows: int = MAX_WINDOWS,
+        size: int | None = None,
+        stride: int | None = None,
     ) -> None:
         self.classifier = classifier
         self.tokenizer = Tokenizer.from_str(classifier.tokenizer.to_str())
@@ -116,9 +121,10 @@ class WindowScorer:
         ids = sample.ids
         self._head_ids = np.asarray(ids[: self._specials[0]], dtype=np.int64)
         self._tail_ids = np.asarray(ids[len(ids) - self._specials[1] :], dtype=np.int64)
-        self.size = classifier.info.max_length - sum(self._specials)
+        room = classifier.info.max_length - sum(self._specials)
+        self.size = min(size, room) if size is not None else room  # content tokens per window
         if self.size < 1:
-            raise ValueError(f"max_length {classifier.info.max_length} leaves no room for text")
+            raise ValueError(f"windows of {self.size} tokens (max_length {room + 2}) hold no text")
         self.stride = stride if stride is not None else max(1, self.size // 2)
         self.max_windows = max_windows
         self.plan(0)  # checks the stride and the cap
