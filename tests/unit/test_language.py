@@ -117,3 +117,11 @@ def test_only_known_languages_are_accepted() -> None:
     with pytest.raises(ValueError, match="at least one"):
         LanguageGate(supported=())
     assert "en" in CANDIDATES
+
+
+def test_only_the_head_of_a_long_text_is_read() -> None:
+    spanish = "alguien sabe a qué hora empieza el torneo mañana?"
+    english = " anyway I think we should queue again after dinner, who is in?" * 40
+    gate = LanguageGate(max_chars=len(spanish) + 10)
+    assert gate.detect(spanish + english) == "es"
+    assert gate.detect(english + " " + spanish) is None
