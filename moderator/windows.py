@@ -9,17 +9,27 @@ Every window is a row of one model call; a label's score is its highest over the
 the window that gave it is reported as character offsets of the original text (`span`), so a
 moderator sees which part acted.
 
-The work is bounded by `max_windows` per message: a full window costs about 21 ms of CPU with
-the shipped int8 model on this project's machine (bench/windows.py), so 16 windows (1,071
-tokens, about 4 KB of English: beyond any chat message, where platforms cap at 500 to 4,000
-characters) cost about a third of a second, a 64 KiB message included, and stay under a second
-on a machine up to three times slower. Past the cap the first `max_windows - 1` windows and the last
-one are read (where a message starts and ends) and the result is marked `truncated`: the
-caller must not treat the unread middle as clean: a truncated message that nothing flagged
-goes to `review` (reason `truncated`), not `allow`.
+The work is bounded by `max_windows` per message. A full window costs 20-22 ms of CPU with the
+shipped int8 model on this project's 2-core AVX-512 VNNI machine, at 1 intra-op thread or 2
+(`python -m bench.windows`): 16 windows (1,071 tokens, about 4 KB of English, beyond any chat
+message: platforms cap them at 500 to 4,000 characters) cost about 0.35 s, a 64 KiB message
+included, and stay under a second on a machine up to 2.5 times slower. Past the cap the first
+`max_windows - 1` windows and the last one are read (where a message starts and ends) and the
+result is marked `truncated`: the caller must not treat the unread middle as clean, so a
+truncated message that nothing flagged goes to `review` (reason `truncated`), not `allow`.
+
+Reading more windows also gives the model more chances to be wrong. On held-out real chat
+(bench/windows.py --probe) the windows find a hostile line in the middle or at the end of
+1,500 characters 77-81% of the time (the first window alone: 2-5%), but flag 24% of long
+benign messages (the first window alone: 5%): the model, trained on single lines, misreads
+windows of joined chat, and max over windows multiplies that. Raising the thresholds for
+windows trades one for the other (raised 80% of the way to 1, on the dev split: 5% of long
+benign flagged, 64% of middle hostile lines found); the model must learn such windows.
 
 A text of at most one window is one row with exactly the ids `Classifier.encode` gives it, so
-its scores are today's scores.
+scored alone its scores are today's. (In a batch they are not quite: the dynamic int8
+quantization scales activations per batch tensor, so batch-mates move a score, by up to 0.19
+on the load generator's lines; the batcher does the same today.)
 """
 
 from __future__ import annotations
@@ -124,7 +134,8 @@ class WindowScorer:
         room = classifier.info.max_length - sum(self._specials)
         self.size = min(size, room) if size is not None else room  # content tokens per window
         if self.size < 1:
-            raise ValueError(f"windows of {self.size} tokens (max_length {room + 2}) hold no text")
+            limit = classifier.info.max_length
+            raise ValueError(f"windows of {self.size} tokens hold no text (max_length {limit})")
         self.stride = stride if stride is not None else max(1, self.size // 2)
         self.max_windows = max_windows
         self.plan(0)  # checks the stride and the cap
@@ -141,7 +152,7 @@ class WindowScorer:
         """The windows of `text` (normalised here, as `Classifier.encode` does).
 
         A text longer than the characters the capped windows can read is tokenized only at its
-        two ends, each cut at a space (so its tokens are the whole text's): a 64 KiB message
+        two ends, each cut at whitespace (so its tokens are the whole text's): a 64 KiB message
         costs what 20 KB do.
         """
         ends = self._ends(text)
@@ -183,10 +194,11 @@ class WindowScorer:
         when it is not that long, or its ends hold too few tokens (then it is read whole)."""
         if self.max_windows < 2 or len(text) <= self._head_chars + self._tail_chars:
             return None
-        cut_head = text.rfind(" ", 0, self._head_chars)
-        cut_tail = text.find(" ", len(text) - self._tail_chars)
-        if cut_head <= 0 or cut_tail < cut_head:
+        before = _LAST_SPACE.search(text, 0, self._head_chars)
+        after = _SPACE.search(text, len(text) - self._tail_chars)
+        if before is None or after is None or before.start() == 0:
             return None
+        cut_head, cut_tail = before.start(), after.start()
         head = self._piece(text[:cut_head], 0)
         tail = self._piece(text[cut_tail:], cut_tail)
         if len(head.ids) < self._head_tokens or len(tail.ids) < self.size:
@@ -198,6 +210,10 @@ class WindowScorer:
         spans = [_span(head, a, b, len(text)) for a, b in windows]
         spans.append(_span(tail, last, len(tail.ids), len(text)))
         return Windows(rows, tuple(spans), True)
+
+
+_SPACE = re.compile(r"\s")
+_LAST_SPACE = re.compile(r"\s\S*\Z")
 
 
 def _span(piece: _Piece, start: int, end: int, length: int) -> Span:

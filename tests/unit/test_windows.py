@@ -165,3 +165,21 @@ def test_origins_see_through_width_ligatures_marks_and_lookalikes() -> None:
     assert text[origins[normalized.index("fi")]] == "ﬁ"
     assert text[origins[normalized.index("idiot") + 3]] == "о"
     assert origins[normalized.index("é")] == text.index("e\u0301")
+
+
+def test_a_long_text_without_spaces_between_lines_is_read_at_both_ends(
+    scorer: WindowScorer,
+) -> None:
+    text = "\n".join(["good game everyone, see you tomorrow"] * 2_000)
+    windows = scorer.windows(text)
+    assert len(windows.ids) == MAX_WINDOWS
+    assert windows.truncated
+    assert windows.spans[-1][1] == len(text)
+    assert text[windows.spans[-1][0] :].startswith(("good", "game", "everyone", "see", "you"))
+
+
+def test_a_window_must_hold_text(classifier: Classifier) -> None:
+    with pytest.raises(ValueError, match="hold no text"):
+        WindowScorer(classifier, size=0)
+    with pytest.raises(ValueError, match="bad window plan"):
+        WindowScorer(classifier, stride=500)
