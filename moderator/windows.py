@@ -9,14 +9,16 @@ Every window is a row of one model call; a label's score is its highest over the
 the window that gave it is reported as character offsets of the original text (`span`), so a
 moderator sees which part acted.
 
-The work is bounded by `max_windows` per message. A full window costs 20-22 ms of CPU with the
-shipped int8 model on this project's 2-core AVX-512 VNNI machine, at 1 intra-op thread or 2
-(`python -m bench.windows`): 16 windows (1,071 tokens, about 4 KB of English, beyond any chat
-message: platforms cap them at 500 to 4,000 characters) cost about 0.35 s, a 64 KiB message
-included, and stay under a second on a machine up to 2.5 times slower. Past the cap the first
-`max_windows - 1` windows and the last one are read (where a message starts and ends) and the
-result is marked `truncated`: the caller must not treat the unread middle as clean, so a
-truncated message that nothing flagged goes to `review` (reason `truncated`), not `allow`.
+The work is bounded by `max_windows` per message. A full window costs about 21 ms of CPU with
+the shipped int8 model on this project's 2-core AVX-512 VNNI machine (`python -m bench.windows`;
+each extra window adds 21 ms of wall time at 1 intra-op thread, 10 ms at 2): 16 windows (1,071
+tokens, about 4 KB of English, beyond any chat message: platforms cap them at 500 to 4,000
+characters) cost 0.34 s at 1 thread and 0.17 s at 2, a 64 KiB message included (plus 19 ms
+to prepare its windows), and stay under a second on a machine up to 2.5 times slower. Past the
+cap the first `max_windows - 1` windows and the last one are read (where a message starts and
+ends) and the result is marked `truncated`: the caller must not treat the unread middle as
+clean, so a truncated message that nothing flagged goes to `review` (reason `truncated`), not
+`allow`.
 
 Reading more windows also gives the model more chances to be wrong. On held-out real chat
 (bench/windows.py --probe) the windows find a hostile line in the middle or at the end of
