@@ -8,7 +8,8 @@ import pytest
 from moderator.config import REPO_ROOT
 from moderator.language import CANDIDATES, LanguageGate, evidence
 
-OTHER_LANGUAGES = REPO_ROOT / "models" / "data" / "other_languages.tsv"
+DATA = REPO_ROOT / "models" / "data"
+OTHER_LANGUAGES = [DATA / "other_languages.tsv", DATA / "other_languages_heldout.tsv"]
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +23,9 @@ def _lines(path: Path) -> list[str]:
     return [r.split("\t")[0] for r in rows if r.strip() and not r.startswith("#")]
 
 
-def _other_languages() -> list[tuple[str, str, str]]:
+def _other_languages(path: Path) -> list[tuple[str, str, str]]:
     """(text, language, hostile | benign) of each hand-written line in another language."""
-    rows = OTHER_LANGUAGES.read_text(encoding="utf-8").splitlines()
+    rows = path.read_text(encoding="utf-8").splitlines()
     fields = [r.split("\t") for r in rows if r.strip() and not r.startswith("#")]
     return [(text, lang, kind) for text, lang, kind in fields]
 
@@ -53,16 +54,16 @@ GREETINGS = {"buenas noches chat": "es", "hallo zusammen": "de", "salut tout le 
 
 def test_english_chat_is_never_unsupported(gate: LanguageGate) -> None:
     corpus = REPO_ROOT / "loadgen" / "corpus"
-    data = REPO_ROOT / "models" / "data"
     lines = [line for path in sorted(corpus.glob("*.txt")) for line in _lines(path)]
-    lines += [line for path in sorted(data.glob("unseen_*.tsv")) for line in _lines(path)]
+    lines += [line for path in sorted(DATA.glob("unseen_*.tsv")) for line in _lines(path)]
     assert len(lines) > 500
     named = {line: code for line in lines if (code := gate.detect(line)) is not None}
     assert named == GREETINGS
 
 
-def test_other_languages_are_named(gate: LanguageGate) -> None:
-    rows = _other_languages()
+@pytest.mark.parametrize("path", OTHER_LANGUAGES, ids=lambda p: p.name)
+def test_other_languages_are_named(gate: LanguageGate, path: Path) -> None:
+    rows = _other_languages(path)
     named: Counter[str] = Counter()
     for text, lang, _kind in rows:
         named[lang] += gate.detect(text) == lang
@@ -72,8 +73,9 @@ def test_other_languages_are_named(gate: LanguageGate) -> None:
         assert named[lang] > total // 2, (lang, named[lang], total)
 
 
-def test_hostile_lines_in_other_languages_are_named(gate: LanguageGate) -> None:
-    hostile = [(text, lang) for text, lang, kind in _other_languages() if kind == "hostile"]
+@pytest.mark.parametrize("path", OTHER_LANGUAGES, ids=lambda p: p.name)
+def test_hostile_lines_in_other_languages_are_named(gate: LanguageGate, path: Path) -> None:
+    hostile = [(text, lang) for text, lang, kind in _other_languages(path) if kind == "hostile"]
     # Routing needs "not English", not the exact language ("иди нахуй, сука" is also Ukrainian).
     named = sum(gate.detect(text) is not None for text, _lang in hostile)
     assert named > len(hostile) * 3 // 4
