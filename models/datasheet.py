@@ -272,6 +272,10 @@ def render(
         " `models/corpus.py`.",
         "- `models/data/unseen_chat.tsv`, `unseen_short.tsv`, `unseen_dev.tsv`: hand-written"
         " check lines, report only.",
+        "- `models/data/other_languages.tsv`, `other_languages_heldout.tsv`: hand-written"
+        " hostile and benign chat lines in es, de, fr, pt, it, ru, nl, for the language gate"
+        " (`python -m bench.language`); the first chose its thresholds, the second is held out;"
+        " never trained on.",
         f"- `models/balance.py`: {counterparts:,} benign sentences in the frames the hostile"
         ' identity templates use ("being {group} is ...", "{group} are ..."), filled from'
         " the training word lists, never equal to a probe sentence; train only (Dixon et al."
