@@ -39,6 +39,12 @@ def _build(args: argparse.Namespace) -> int:
     counterparts = balance.lines()
     real_train += counterparts
     counts["identity_counterparts"] = {"lines": len(counterparts), "rude": 0}
+    long = realdata.long_messages(real_train)
+    real_train += long
+    counts["long_messages"] = {
+        "lines": len(long),
+        "rude": sum(max(y[j] for j in corpus.ACTING) >= 0.5 for _, y in long),
+    }
     files = f"{corpus.TRAIN_FILE.name} + {len(real_train)} real lines"
     _say(f"[2/5] training ({files})")
     result = train.train(real_train, progress=_say)

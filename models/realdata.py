@@ -462,3 +462,43 @@ def in_context(
         found = set(labels) | ({"obscene"} if _obscene(host) else set())
         out.append((joined, tuple(1.0 if lb in found else 0.0 for lb in corpus.LABELS)))
     return out
+
+
+def long_messages(
+    pairs: Sequence[tuple[str, tuple[float, ...]]],
+    n: int = 3000,
+    seed: int = 20261125,
+    chars: tuple[int, int] = (250, 600),
+) -> list[tuple[str, tuple[float, ...]]]:
+    """Long messages as the runtime reads them, a window at a time: `n` of benign training lines
+    joined, and `n` with one rude training line set among benign ones, at any position.
+
+    The runtime scores a long message in windows of the model's length and takes each label's
+    highest score (`moderator/windows.py`). Trained on short lines only, the model read a window
+    of joined benign chat as rude (a quarter of long benign messages flagged) and a rude line
+    late in a window as benign; these pairs teach both. Targets are the parts' element-wise
+    maximum, so a joined window is exactly as rude as its rudest line. `pairs` is the training
+    set so far (`training_lines`, `in_context`): nothing here is read from an evaluation split.
+    """
+    import random
+
+    rng = random.Random(seed)
+    calm = [(t, y) for t, y in pairs if len(t) > 15 and max(y[j] for j in corpus.ACTING) < 0.1]
+    rude = [(t, y) for t, y in pairs if len(t) < 300 and max(y[j] for j in corpus.ACTING) >= 0.5]
+
+    def padding(length: int) -> list[tuple[str, tuple[float, ...]]]:
+        parts: list[tuple[str, tuple[float, ...]]] = []
+        while sum(len(t) + 1 for t, _ in parts) < length:
+            parts.append(rng.choice(calm))
+        return parts
+
+    def joined(parts: Sequence[tuple[str, tuple[float, ...]]]) -> tuple[str, tuple[float, ...]]:
+        target = tuple(max(col) for col in zip(*(y for _, y in parts), strict=True))
+        return " ".join(t for t, _ in parts), target
+
+    out = [joined(padding(rng.randint(*chars))) for _ in range(n if calm else 0)]
+    for _ in range(n if calm and rude else 0):
+        parts = padding(rng.randint(*chars))
+        parts.insert(rng.randint(0, len(parts)), rng.choice(rude))
+        out.append(joined(parts))
+    return out

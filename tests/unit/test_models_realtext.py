@@ -217,3 +217,20 @@ def test_tune_sends_nothing_to_review_when_the_review_limit_is_zero() -> None:
     assert got["grey"]["threat"]["action"] == "nudge"
     assert got["dev_benign_review_rate"] == 0.0
     assert got["dev_toxic_recall"] == 1.0
+
+
+def test_long_messages_are_as_rude_as_their_rudest_line() -> None:
+    from models import corpus
+
+    zero = tuple(0.0 for _ in corpus.LABELS)
+    insult = tuple(1.0 if lb in ("toxicity", "insult") else 0.0 for lb in corpus.LABELS)
+    calm = [(f"see you at the match number {i} tonight", zero) for i in range(50)]
+    pairs = [*calm, ("you are a worthless idiot", insult)]
+    out = realdata.long_messages(pairs, n=20, chars=(250, 400))
+    assert len(out) == 40
+    benign, padded = out[:20], out[20:]
+    assert all(len(text) >= 250 and target == zero for text, target in benign)
+    assert all("worthless idiot" in text and target == insult for text, target in padded)
+    assert all(len(text) >= 250 + len("you are a worthless idiot") for text, _ in padded)
+    # the rude line stands at every kind of position, not only at an end
+    assert any(not t.startswith("you are") and not t.endswith("idiot") for t, _ in padded)
