@@ -32,7 +32,7 @@ from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
-from moderator.tasks import Supervisor
+from moderator.tasks import Supervisor, cancel
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,9 @@ class Moderator:
         server = listen(s.metrics_host, s.metrics_port, self.metrics)
         server.start()
         self._stack.callback(server.stop)
+        # Liveness: /healthz fails when this task stops being run (a blocked event loop).
+        beat = asyncio.create_task(server.heartbeat(), name="moderator-heartbeat")
+        self._stack.push_async_callback(cancel, beat)
         return server
 
     async def _load_model(self) -> Classifier:

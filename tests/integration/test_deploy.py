@@ -8,6 +8,7 @@ it that are plain commands and HTTP paths against the moderator itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -15,12 +16,23 @@ import sys
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
-from devstack.child import ModeratorChild, answers
+from devstack.child import ModeratorChild, Samples, answers
 from moderator.config import Settings
 from tests.integration.kafka_io import chat, consume, distinct_ids, produce
 from tests.integration.test_processes import closed_port, start
-from tests.promql import REPO, deploy_queries, exported_names, metric_names, unknown_names
+from tests.promql import (
+    ALERT_RULES,
+    REPO,
+    deploy_queries,
+    exported_names,
+    metric_names,
+    rule_queries,
+    selectors,
+    unknown_names,
+)
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +75,59 @@ async def test_every_metric_the_dashboard_and_the_alerts_read_is_exported(
                  "moderator_over_budget_total", "moderator_consumer_lag",
                  "moderator_cache_requests_total", "moderator_redis_up",
                  "moderator_batch_size_bucket", "moderator_publish_retries_total",
-                 "moderator_publish_refused_total"):  # fmt: skip
+                 "moderator_publish_refused_total", "moderator_policy_updates_total",
+                 "process_resident_memory_bytes", "process_cpu_seconds_total",
+                 "process_open_fds", "process_start_time_seconds"):  # fmt: skip
         assert name in read, f"the dashboard reads no {name}"
+
+
+def missing_alert_series(samples: Samples) -> dict[str, list[str]]:
+    """Per alert, each series it reads (name and `label="value"` matchers) that `samples` holds
+    no sample of, or, for a counter, holds at other than 0: a fresh process must export every
+    one at 0, or `increase()` cannot see its first event. Prometheus adds `job` and `instance`."""
+    series: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(samples.text):
+        for sample in family.samples:
+            series.setdefault(sample.name, []).append((sample.labels, sample.value))
+    missing: dict[str, list[str]] = {}
+    for alert, expr in rule_queries(yaml.safe_load(ALERT_RULES.read_text())):
+        for name, labels in selectors(expr):
+            if name in PROMETHEUS_OWN:
+                continue
+            wanted = {k: v for k, v in labels.items() if k not in ("job", "instance")}
+            found = [value for have, value in series.get(name, [])
+                     if all(have.get(k) == v for k, v in wanted.items())]  # fmt: skip
+            if not found or (name.endswith("_total") and any(found)):
+                missing.setdefault(alert, []).append(f"{name}{wanted or ''}: {found}")
+    return missing
+
+
+async def test_a_fresh_process_exports_every_series_the_alerts_read_at_0(
+    settings: Settings,
+) -> None:
+    """Issue 30: a labelled counter first exported at 1 never shows an increase, so
+    ModeratorPublishRefused and ModeratorPolicyRejected were silent on the first refusal."""
+    proc = start(settings)
+    try:
+        await asyncio.to_thread(proc.wait_ready)
+        scraped: list[Samples] = []
+
+        async def complete() -> bool:  # consumer_lag appears once the lag loop has run
+            samples = await asyncio.to_thread(proc.scrape)
+            scraped[:] = [samples] if samples is not None else []
+            return bool(scraped) and not missing_alert_series(scraped[0])
+
+        with contextlib.suppress(AssertionError):  # the assertion below says what is missing
+            await eventually(complete, "every series the alerts read, at 0")
+    finally:
+        proc.terminate()
+    assert scraped, "no answer on /metrics"
+    samples = scraped[0]
+    assert missing_alert_series(samples) == {}
+    # The resources the dashboard shows: process_* and python_* on the moderator's registry.
+    resources = {"process_resident_memory_bytes", "process_cpu_seconds_total",
+                 "process_open_fds", "process_start_time_seconds", "python_info"}  # fmt: skip
+    assert resources <= exported_names(samples.text)
 
 
 def healthcheck_command() -> list[str]:
