@@ -220,3 +220,16 @@ def test_compose_runs_two_moderators_in_one_group_scraped_as_job_moderator() -> 
     assert job["job_name"] == "moderator"  # what deploy/prometheus-alerts.yml selects
     assert job["dns_sd_configs"][0]["names"] == ["moderator"]
     assert job["dns_sd_configs"][0]["port"] == 9108
+
+
+def test_compose_prometheus_loads_the_rules_and_sends_alerts_to_compose_alertmanager() -> None:
+    services = compose()["services"]
+    prometheus = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+    mounted = {v.split(":")[1] for v in services["prometheus"]["volumes"]}
+    for rules in prometheus["rule_files"]:
+        assert f"/etc/prometheus/{rules}" in mounted, rules
+    (manager,) = prometheus["alerting"]["alertmanagers"]
+    (target,) = manager["static_configs"][0]["targets"]
+    host, port = target.split(":")
+    assert host in services and host in services["prometheus"]["depends_on"]
+    assert f"127.0.0.1:{port}:{port}" in services[host]["ports"]
