@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -182,3 +184,29 @@ def test_healthcheck_reads_the_metrics_port_from_the_environment() -> None:
     dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
     assert "MODERATOR_METRICS_PORT=9108" in dockerfile
     assert "os.environ.get('MODERATOR_METRICS_PORT', '9108')" in " ".join(healthcheck_command())
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines as systemd's EnvironmentFile reads them (comments and blanks skipped)."""
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#"))  # fmt: skip
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+async def test_the_example_environment_file_starts_and_fails_only_on_the_broker() -> None:
+    """deploy/moderator.env.example as systemd would load it, with the broker (and Redis)
+    unreachable and a free metrics port: exit 69, which the unit restarts, not 78 (a setting
+    wrong, which it does not). It named a model directory no install has (issue 30)."""
+    example = env_file(REPO / "deploy" / "moderator.env.example")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODERATOR_")}
+    env.update(example)
+    env.update(MODERATOR_KAFKA_BOOTSTRAP=f"127.0.0.1:{closed_port()}",
+               MODERATOR_REDIS_URL=f"redis://127.0.0.1:{closed_port()}/0",
+               MODERATOR_METRICS_HOST="127.0.0.1", MODERATOR_METRICS_PORT="0",
+               MODERATOR_THREADS="1")  # fmt: skip
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "moderator", "run"], env=env,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 69, done.stderr[-3000:]
+    assert "could not connect to Kafka" in done.stderr

@@ -231,5 +231,6 @@ def test_compose_prometheus_loads_the_rules_and_sends_alerts_to_compose_alertman
     (manager,) = prometheus["alerting"]["alertmanagers"]
     (target,) = manager["static_configs"][0]["targets"]
     host, port = target.split(":")
-    assert host in services and host in services["prometheus"]["depends_on"]
+    assert host in services
+    assert host in services["prometheus"]["depends_on"]
     assert f"127.0.0.1:{port}:{port}" in services[host]["ports"]
