@@ -234,3 +234,18 @@ def test_compose_prometheus_loads_the_rules_and_sends_alerts_to_compose_alertman
     assert host in services
     assert host in services["prometheus"]["depends_on"]
     assert f"127.0.0.1:{port}:{port}" in services[host]["ports"]
+
+
+# -- systemd -------------------------------------------------------------------------------------
+
+
+def test_systemd_waits_for_the_longest_shutdown_as_long_as_kubernetes_and_compose() -> None:
+    unit = (REPO / "deploy" / "moderator.service").read_text()
+    (stop_s,) = (int(v) for v in re.findall(r"^TimeoutStopSec=(\d+)s?$", unit, re.MULTILINE))
+    shutdown_s = Settings().shutdown_timeout_s  # the unit's EnvironmentFile sets no other
+    example = (REPO / "deploy" / "moderator.env.example").read_text()
+    assert "MODERATOR_SHUTDOWN_TIMEOUT_S=" not in example.replace("# MODERATOR_", "")
+    assert stop_s >= shutdown_s + EXIT_BOUND_EXTRA_S
+    grace_k8s = rendered("base")["Deployment"]["spec"]["template"]["spec"]
+    compose_s = int(compose()["services"]["moderator"]["stop_grace_period"].removesuffix("s"))
+    assert stop_s == grace_k8s["terminationGracePeriodSeconds"] == compose_s
