@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the processor, against any Kafka and Redis")
     add_setting_flags(run)
     run.add_argument("--create-topics", action="store_true", help="create missing topics first")
-    run.add_argument("--partitions", type=int, default=4, help="partitions of created topics")
+    # --topic-partitions (MODERATOR_TOPIC_PARTITIONS) now; the old spelling still works.
+    run.add_argument("--partitions", type=int, dest="old_partitions", help=argparse.SUPPRESS)
     run.add_argument(
         "--workers", type=int, default=1, help="processes in the group, pinned to disjoint cores"
     )
@@ -164,12 +165,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     protect(settings.secrets())
     settings.check_model_dir()
-    topics = topic_partitions(settings, args.partitions) if args.create_topics else None
+    if args.old_partitions is not None:
+        settings = settings.replace(topic_partitions=args.old_partitions)
+    topics = topic_partitions(settings, settings.topic_partitions) if args.create_topics else None
     if args.workers > 1:
         from moderator.workers import run_workers
 
         if topics:
-            loop.run(ensure_topics(settings.kafka_options(), topics))
+            loop.run(
+                ensure_topics(
+                    settings.kafka_options(), topics, replication=settings.topic_replication
+                )
+            )
         argv = args.argv[args.argv.index("run") + 1 :]
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
@@ -200,7 +207,9 @@ async def serve(
     """
     if topics:
         say(f"creating topics {', '.join(topics)} (if missing) …")
-        await ensure_topics(settings.kafka_options(), topics)
+        await ensure_topics(
+            settings.kafka_options(), topics, replication=settings.topic_replication
+        )
     info = ModelInfo.load(settings.model_dir)
     say(f"loading model {info.ident} (sha256 {info.sha256[:12]}…) from {settings.model_dir} …")
     moderator = Moderator(settings)
@@ -244,7 +253,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         raise ConfigError("MODERATOR_POLICY_TOPIC is empty: there is no policies topic")
     topic, kafka = settings.policy_topic, settings.kafka_options()
     if args.action == "delete":
-        loop.run(policy_admin.write(kafka, topic, args.channel, None))
+        loop.run(policy_admin.write(kafka, topic, args.channel, None, settings.topic_replication))
         say(f"{topic}: {args.channel} removed (the default applies)")
         return 0
     state = loop.run(policy_admin.read_state(kafka, topic, Policy.load(settings.policy)))
@@ -252,7 +261,7 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         spec = read_spec(args.file)
         below = state.book.base if args.channel == DEFAULT_KEY else state.book.default
         checked = layered(below.spec, spec, str(args.file))
-        loop.run(policy_admin.write(kafka, topic, args.channel, spec))
+        loop.run(policy_admin.write(kafka, topic, args.channel, spec, settings.topic_replication))
         say(f"{topic}: {args.channel} → {checked.ident}")
     elif args.action == "get":
         if args.channel not in state.live:

@@ -124,7 +124,9 @@ class Moderator:
         producer = _producer(s)
         self._publisher = publisher = _publisher(s, m, producer, intake.acked, tasks)
         await self._own(publisher, start_client(producer, s.kafka_options(), "the producer"))
-        feed = await follow_policies(policies, s.policy_topic, s.kafka_options(), m)
+        feed = await follow_policies(
+            policies, s.policy_topic, s.kafka_options(), m, s.topic_replication
+        )
         if feed is not None:  # caught up: then ready
             self._stack.push_async_callback(stop_within, feed)
             tasks.watch(_started(feed.task))

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from moderator.channel_policies import TOPIC_CONFIG
 from moderator.config import Settings
 from moderator.connect import STOP_TIMEOUT_S
 from moderator.intake import FINAL_COMMIT_MIN_S
@@ -249,3 +250,63 @@ def test_systemd_waits_for_the_longest_shutdown_as_long_as_kubernetes_and_compos
     grace_k8s = rendered("base")["Deployment"]["spec"]["template"]["spec"]
     compose_s = int(compose()["services"]["moderator"]["stop_grace_period"].removesuffix("s"))
     assert stop_s == grace_k8s["terminationGracePeriodSeconds"] == compose_s
+
+
+# -- Strimzi: the topics and the Kafka user --------------------------------------------------------
+
+
+def strimzi() -> dict[str, list[dict[str, Any]]]:
+    """`kubectl kustomize deploy/k8s/strimzi`: its resources by kind."""
+    kubectl = Path(sys.executable).parent / "kubectl"
+    out = subprocess.run([str(kubectl), "kustomize", str(K8S / "strimzi")], capture_output=True,
+                         text=True, check=True, timeout=60).stdout  # fmt: skip
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for doc in yaml.safe_load_all(out):
+        by_kind.setdefault(doc["kind"], []).append(doc)
+    return by_kind
+
+
+def test_replication_is_a_setting_the_production_overlay_sets_to_3() -> None:
+    assert Settings().topic_replication == 1  # one broker: `moderator dev`, compose
+    assert config("production")["MODERATOR_TOPIC_REPLICATION"] == "3"
+    assert config("dev")["MODERATOR_TOPIC_REPLICATION"] == "1"  # the dev overlay's one broker
+
+
+def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -> None:
+    resources = strimzi()
+    topics = {t["metadata"]["name"]: t["spec"] for t in resources["KafkaTopic"]}
+    settings = config("production")
+    names = [settings[f"MODERATOR_{n}_TOPIC"] for n in ("IN", "OUT", "DLQ", "POLICY")]
+    assert set(topics) == set(names)
+    partitions = rendered("production")["ScaledObject"]["metadata"]["annotations"]
+    assert topics[settings["MODERATOR_IN_TOPIC"]]["partitions"] == int(
+        partitions["chat-moderator/input-partitions"]
+    )
+    replicas = int(settings["MODERATOR_TOPIC_REPLICATION"])
+    for name, spec in topics.items():
+        assert spec["replicas"] == replicas, name
+        assert int(spec["config"]["min.insync.replicas"]) == replicas - 1, name
+    policies = topics[settings["MODERATOR_POLICY_TOPIC"]]
+    assert policies["partitions"] == 1
+    assert TOPIC_CONFIG.items() <= policies["config"].items()
+    for resource in (*resources["KafkaTopic"], *resources["KafkaUser"]):
+        assert resource["apiVersion"] == "kafka.strimzi.io/v1beta2"
+        assert resource["metadata"]["labels"]["strimzi.io/cluster"]
+
+
+def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
+    (user,) = strimzi()["KafkaUser"]
+    assert user["spec"]["authentication"]["type"] == "scram-sha-512"
+    assert config("production")["MODERATOR_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    acls = {(a["resource"]["type"], a["resource"].get("name")): set(a["operations"])
+            for a in user["spec"]["authorization"]["acls"]}  # fmt: skip
+    settings = config("production")
+    assert acls == {
+        ("topic", settings["MODERATOR_IN_TOPIC"]): {"Read", "Describe"},
+        ("topic", settings["MODERATOR_OUT_TOPIC"]): {"Write", "Describe"},
+        ("topic", settings["MODERATOR_DLQ_TOPIC"]): {"Write", "Describe"},
+        ("topic", settings["MODERATOR_POLICY_TOPIC"]): {"Read", "Describe"},
+        ("group", settings["MODERATOR_GROUP_ID"]): {"Read", "Describe"},
+    }
+    assert all(a["resource"].get("patternType") == "literal"
+               for a in user["spec"]["authorization"]["acls"])  # fmt: skip
