@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -310,3 +311,43 @@ def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
     }
     assert all(a["resource"].get("patternType") == "literal"
                for a in user["spec"]["authorization"]["acls"])  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_keda_has_a_fallback_no_idle_cooldown_and_the_moderators_offset_reset(layout: str) -> None:
+    spec = rendered(layout)["ScaledObject"]["spec"]
+    # cooldownPeriod only acts when scaling to zero; above it the HPA behaviour paces scale-down.
+    assert spec["minReplicaCount"] > 0
+    assert "cooldownPeriod" not in spec
+    assert spec["fallback"]["replicas"] == spec["maxReplicaCount"]
+    (trigger,) = spec["triggers"]
+    assert trigger["metadata"]["offsetResetPolicy"] == config(layout)["MODERATOR_AUTO_OFFSET_RESET"]
+
+
+def test_an_overlay_that_changes_the_offset_reset_changes_kedas(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / "overlays" / "production", tmp_path)],
+        "configMapGenerator": [{"name": "moderator-config", "behavior": "merge",
+                                "literals": ["MODERATOR_AUTO_OFFSET_RESET=latest"]}],
+        "components": [os.path.relpath(K8S / "components" / "offset-reset", tmp_path)],
+    }))  # fmt: skip
+    kubectl = Path(sys.executable).parent / "kubectl"
+    out = subprocess.run([str(kubectl), "kustomize", "--load-restrictor", "LoadRestrictionsNone",
+                          str(tmp_path)], capture_output=True, text=True, check=True,
+                         timeout=60).stdout  # fmt: skip
+    docs = {d["kind"]: d for d in yaml.safe_load_all(out) if d}
+    (trigger,) = docs["ScaledObject"]["spec"]["triggers"]
+    assert docs["ConfigMap"]["data"]["MODERATOR_AUTO_OFFSET_RESET"] == "latest"
+    assert trigger["metadata"]["offsetResetPolicy"] == "latest"
+
+
+def test_compose_restarts_a_failed_moderator_boundedly_and_loadgen_waits_for_readiness() -> None:
+    services = compose()["services"]
+    moderator = services["moderator"]
+    # Compose cannot exempt exit 78 from restarts: a bound keeps a bad setting from looping.
+    policy, _, retries = moderator["restart"].partition(":")
+    assert policy == "on-failure"
+    assert 0 < int(retries) <= 10
+    assert "/readyz" in " ".join(moderator["healthcheck"]["test"])
+    assert services["loadgen"]["depends_on"]["moderator"]["condition"] == "service_healthy"
