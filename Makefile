@@ -97,7 +97,7 @@ manifests: $(VENV)/.extras-$(TEST_EXTRAS) promtool deploy/crd-check/node_modules
 	promtool check config deploy/prometheus.yml
 	$(PY) -m json.tool deploy/grafana/dashboards/moderator.json >/dev/null
 	@rm -rf $(DEPLOY_OUT) && mkdir -p $(DEPLOY_OUT)
-	@for dir in deploy/k8s/base deploy/k8s/overlays/*/ deploy/k8s/strimzi; do \
+	@for dir in deploy/k8s/base deploy/k8s/overlays/*/ deploy/k8s/strimzi deploy/k8s/dev-services; do \
 	  out=$(DEPLOY_OUT)/$$(basename $$dir).yaml; echo "kubectl kustomize $$dir > $$out"; \
 	  $(BIN)/kubectl kustomize $$dir > $$out || exit 1; done
 	$(BIN)/kubernetes-validate --strict --quiet $(DEPLOY_OUT)/*.yaml deploy/k8s/base/secret.example.yaml \

@@ -15,6 +15,7 @@ import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -26,6 +27,7 @@ from moderator.connect import STOP_TIMEOUT_S
 from moderator.intake import FINAL_COMMIT_MIN_S
 from moderator.loop import LEFTOVER_TIMEOUT_S
 from tests.promql import (
+    ALERT_RULES,
     DASHBOARD,
     REPO,
     deploy_queries,
@@ -351,3 +353,131 @@ def test_compose_restarts_a_failed_moderator_boundedly_and_loadgen_waits_for_rea
     assert 0 < int(retries) <= 10
     assert "/readyz" in " ".join(moderator["healthcheck"]["test"])
     assert services["loadgen"]["depends_on"]["moderator"]["condition"] == "service_healthy"
+
+
+# -- Kubernetes: namespaces, monitoring, isolation, placement, images (issue 30) ----------------
+
+OVERLAYS = [layout for layout in LAYOUTS if layout != "base"]
+CLUSTER_SCOPED = {"Namespace", "PriorityClass"}
+
+
+def render(path: Path) -> list[dict[str, Any]]:
+    kubectl = Path(sys.executable).parent / "kubectl"
+    out = subprocess.run([str(kubectl), "kustomize", str(path)], capture_output=True, text=True,
+                         check=True, timeout=60).stdout  # fmt: skip
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.mark.parametrize("layout", OVERLAYS)
+def test_each_overlay_makes_its_namespace_and_puts_everything_in_it(layout: str) -> None:
+    resources = rendered(layout)
+    namespace = resources["Namespace"]["metadata"]["name"]
+    for kind, resource in resources.items():
+        if kind not in CLUSTER_SCOPED:
+            assert resource["metadata"]["namespace"] == namespace, kind
+    if layout == "production":  # the example Secret is for the overlay that does not ship one
+        example = yaml.safe_load((K8S / "base" / "secret.example.yaml").read_text())
+        assert example["metadata"]["namespace"] == namespace
+
+
+def test_the_prometheus_rule_is_the_alert_rules_file() -> None:
+    rules = yaml.safe_load(ALERT_RULES.read_text())
+    assert rendered("production")["PrometheusRule"]["spec"] == rules
+    assert "PrometheusRule" not in rendered("dev")  # no Prometheus Operator there
+
+
+def test_the_operator_resources_carry_the_label_its_default_selectors_match() -> None:
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert rendered("production")[kind]["metadata"]["labels"]["release"] == "prometheus"
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = yaml.safe_load(ALERT_RULES.read_text())["groups"][0]["rules"]
+    return rules
+
+
+def test_every_alert_has_a_description_a_runbook_url_and_keeps_namespaces_apart() -> None:
+    runbook = (REPO / "deploy" / "RUNBOOK.md").read_text()
+    anchors = {line[3:].strip().lower() for line in runbook.splitlines() if line.startswith("## ")}
+    for rule in alert_rules():
+        notes = rule["annotations"]
+        assert {"summary", "description", "runbook_url"} <= set(notes), rule["alert"]
+        assert "runbook" not in notes
+        assert "systemctl" not in notes["description"]
+        assert notes["runbook_url"].endswith(f"RUNBOOK.md#{rule['alert'].lower()}")
+        assert rule["alert"].lower() in anchors
+        for grouping in re.findall(r"\bby \(([^)]*)\)", rule["expr"]):
+            assert "namespace" in grouping, f"{rule['alert']}: by ({grouping})"
+
+
+def test_lag_growing_uses_the_lag_a_healthy_instance_carries() -> None:
+    """deploy/CAPACITY.md: a healthy group carries up to instances x lagThreshold records."""
+    (rule,) = [r for r in alert_rules() if r["alert"] == "ModeratorLagGrowing"]
+    (trigger,) = rendered("production")["ScaledObject"]["spec"]["triggers"]
+    per_instance = re.findall(
+        r"(\d+) \* count by \(namespace\) \(moderator_model_info", rule["expr"]
+    )
+    assert per_instance == [trigger["metadata"]["lagThreshold"]]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_network_policy_lets_the_moderator_reach_kafka_and_redis_and_be_scraped(
+    layout: str,
+) -> None:
+    resources = rendered(layout)
+    policy = resources["NetworkPolicy"]["spec"]
+    pod_labels = resources["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    allowed = {(p["port"], p["protocol"]) for rule in policy["egress"] for p in rule["ports"]}
+    assert {(53, "UDP"), (53, "TCP")} <= allowed
+    for hostport in config(layout)["MODERATOR_KAFKA_BOOTSTRAP"].split(","):
+        assert (int(hostport.rsplit(":", 1)[1]), "TCP") in allowed, hostport
+    redis = urlsplit(secret_values(layout)["redis-url"])
+    assert (redis.port or 6379, "TCP") in allowed
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pods_spread_over_zones_and_nodes_with_a_priority_class(layout: str) -> None:
+    resources = rendered(layout)
+    pod = resources["Deployment"]["spec"]["template"]["spec"]
+    keys = [c["topologyKey"] for c in pod["topologySpreadConstraints"]]
+    assert keys == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    assert pod["priorityClassName"] == resources["PriorityClass"]["metadata"]["name"]
+    assert resources["PriorityClass"]["value"] > 0
+
+
+def test_the_dev_services_are_the_ones_the_dev_overlay_expects() -> None:
+    services = {d["metadata"]["name"]: d for d in render(K8S / "dev-services")
+                if d["kind"] == "Service"}  # fmt: skip
+    namespace = rendered("dev")["Namespace"]["metadata"]["name"]
+    wanted = [config("dev")["MODERATOR_KAFKA_BOOTSTRAP"], secret_values("dev")["redis-url"]]
+    for address in wanted:
+        host, port = urlsplit(address if "://" in address else f"//{address}").netloc.split(":")
+        name, ns, _ = host.split(".", 2)
+        assert ns == namespace
+        assert services[name]["metadata"]["namespace"] == namespace
+        assert [p["port"] for p in services[name]["spec"]["ports"]] == [int(port)]
+
+
+EXACT_TAG = re.compile(r":v?\d+\.\d+\.\d+(-[a-z0-9.-]+)?$")
+
+
+def test_every_image_is_pinned_to_an_exact_version() -> None:
+    images = [f"{image['newName'] if 'newName' in image else image['name']}:{image['newTag']}"
+              for layout in ("base", "production")
+              for image in yaml.safe_load((K8S / ("base" if layout == "base" else
+                                          f"overlays/{layout}") / "kustomization.yaml")
+                                          .read_text()).get("images", [])]  # fmt: skip
+    for path in (K8S / "dev-services", K8S / "overlays" / "dev", K8S / "overlays" / "production"):
+        images += [c["image"] for d in render(path) if d["kind"] in ("Deployment", "Job")
+                   for c in d["spec"]["template"]["spec"]["containers"]]  # fmt: skip
+    images += [s["image"] for s in compose()["services"].values() if "image" in s]
+    for dockerfile in ("Dockerfile", "loadgen.Dockerfile"):
+        text = (REPO / "deploy" / dockerfile).read_text()
+        images += re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
+    assert len(images) > 8
+    loose = [image for image in images if not EXACT_TAG.search(image)]
+    assert loose == [], loose
