@@ -150,6 +150,16 @@ def run_healthcheck(port: int) -> int:
     return done.returncode
 
 
+def run_compose_readiness(port: int) -> int:
+    """deploy/compose.yaml's health check of the moderator (asks /readyz), as compose runs it."""
+    compose = yaml.safe_load((REPO / "deploy" / "compose.yaml").read_text())
+    kind, python, *args = compose["services"]["moderator"]["healthcheck"]["test"]
+    assert (kind, python) == ("CMD", "python")
+    done = subprocess.run([sys.executable, *args], env={"MODERATOR_METRICS_PORT": str(port)},
+                          capture_output=True, timeout=30, check=False)  # fmt: skip
+    return done.returncode
+
+
 def probe_paths() -> dict[str, str]:
     """Each probe of the base Deployment's moderator container → its HTTP path."""
     deployment = yaml.safe_load((REPO / "deploy" / "k8s" / "base" / "deployment.yaml").read_text())
@@ -166,12 +176,14 @@ async def test_the_image_healthcheck_and_the_pod_probes_answer(settings: Setting
         port = proc.metrics_port
         assert port is not None
         healthy = await asyncio.to_thread(run_healthcheck, port)
+        ready = await asyncio.to_thread(run_compose_readiness, port)
         paths = probe_paths()
         answered = {probe: await asyncio.to_thread(answers, port, path)
                     for probe, path in paths.items()}  # fmt: skip
     finally:
         proc.terminate()
     assert healthy == 0, "the HEALTHCHECK command failed against a healthy moderator"
+    assert ready == 0, "compose's readiness check (what loadgen waits for) failed"
     assert paths["readinessProbe"] == "/readyz"
     assert paths["livenessProbe"] == paths["startupProbe"] == "/healthz"
     assert answered == dict.fromkeys(paths, True), answered
