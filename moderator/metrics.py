@@ -83,18 +83,18 @@ class Metrics:
         self.over_budget = counter("over_budget", "Decisions later than the latency budget")
         self.message_windows = histogram(
             "message_windows",
-            "Windows of the model's length per message the model scores (above 1: a long "
-            "message read whole)",
+            "Windows of the model's length per message past the screen, scored or found in "
+            "the cache (above 1: a long message read whole)",
             WINDOW_BUCKETS,
         )
         self.truncated = counter(
             "truncated_messages",
-            "Scored messages longer than MODERATOR_MAX_WINDOWS windows: their middle was not all "
-            "read (nothing flagged: review, reason truncated)",
+            "Messages longer than MODERATOR_MAX_WINDOWS windows: their middle was not all read "
+            "(nothing flagged: review, reason truncated)",
         )
         self.unsupported_language = counter(
             "unsupported_language",
-            "Scored messages the language gate named as a language the model does not read",
+            "Messages the language gate named as a language the model does not read",
             "language",
         )
         self.degraded = counter(
