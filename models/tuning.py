@@ -97,6 +97,13 @@ def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str], list[str], Any]:
     )
 
 
+# What text in a language the model does not read gets (issue 27): a human looks, by default.
+LANGUAGE_COMMENT = (
+    "# Text the language gate names as a language the model does not read (it reads English)."
+)
+UNSUPPORTED_LANGUAGE = 'unsupported_language = "review"'
+
+
 def render_policy(table: dict[str, dict[str, float]], header: str, version: int) -> str:
     """TOML for the policy; specific labels first (they win ties), toxicity last."""
     order = (
@@ -108,7 +115,8 @@ def render_policy(table: dict[str, dict[str, float]], header: str, version: int)
         "insult",
         "toxicity",
     )
-    lines = [header, 'name = "default"', f"version = {version}", ""]
+    lines = [header, 'name = "default"', f"version = {version}"]
+    lines += [LANGUAGE_COMMENT, UNSUPPORTED_LANGUAGE, ""]
     for label in order:
         if label not in table:
             continue

@@ -29,9 +29,9 @@ from moderator.errors import ConfigError, ModeratorError
 from moderator.logs import LOG_FORMATS, LOG_LEVELS, log_settings
 from moderator.policy import Policy, read_spec
 from moderator.redaction import protect, scrub
-from moderator.service import Moderator
+from moderator.service import Moderator, reader_for
 from moderator.topics import ensure_topics
-from moderator.verdicts import decide_texts
+from moderator.verdicts import Reader, decide_texts
 
 log = logging.getLogger("moderator")
 
@@ -96,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
     score.add_argument("--threads", type=int, default=None, help="intra-op threads")
     score.add_argument("--batch", type=int, default=32, help="lines scored together")
+    score.add_argument(
+        "--max-windows",
+        type=int,
+        default=None,
+        help="windows read per message [MODERATOR_MAX_WINDOWS]",
+    )
     log_flags(score, argparse.SUPPRESS)
     score.set_defaults(command=_cmd_score)
 
@@ -269,14 +275,20 @@ def _cmd_policy(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    settings = Settings.from_env(model_dir=args.model, threads=args.threads, policy=args.policy)
+    settings = Settings.from_env(
+        model_dir=args.model,
+        threads=args.threads,
+        policy=args.policy,
+        max_windows=args.max_windows,
+    )
     settings.check_model_dir()
     classifier = Classifier(settings.model_dir, threads=settings.effective_threads)
+    reader = reader_for(settings, classifier)  # once: the language gate takes ~0.5 s to load
     policy = Policy.load(settings.policy)
     policy.check_labels(classifier.labels)
     failures = 0
     for chunk in _chunks(sys.stdin, max(args.batch, 1)):
-        failures += decide_lines(chunk, classifier, policy, sys.stdout)
+        failures += decide_lines(chunk, reader, policy, sys.stdout)
     return 1 if failures else 0
 
 
@@ -292,7 +304,7 @@ def _chunks(stream: IO[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def decide_lines(lines: list[str], classifier: Classifier, policy: Policy, out: IO[str]) -> int:
+def decide_lines(lines: list[str], reader: Reader, policy: Policy, out: IO[str]) -> int:
     """Write one decision (or one error) per JSON line, in order; return the error count."""
     rows: list[dict[str, object]] = []
     texts: list[str] = []
@@ -310,18 +322,23 @@ def decide_lines(lines: list[str], classifier: Classifier, policy: Policy, out: 
         row["text"] = data["text"]
         rows.append(row)
         texts.append(data["text"])
-    decided = iter(decide_texts(classifier, policy, texts))
+    decided = iter(decide_texts(reader, policy, texts))
     for row in rows:
         if "error" not in row:
-            verdict, scores = next(decided)
+            judged = next(decided)
+            verdict = judged.verdict
             row.update(
                 action=verdict.action,
                 reason=verdict.reason,
                 severity=verdict.severity,
-                scores={k: round(v, 4) for k, v in scores.items()},
-                model=classifier.info.ident,
+                scores={k: round(v, 4) for k, v in judged.scores.items()},
+                model=reader.classifier.info.ident,
                 policy=policy.ident,
+                span=judged.span,
+                truncated=judged.truncated,
             )
+            if judged.language is not None:
+                row["language"] = judged.language
         out.write(orjson.dumps(row).decode() + "\n")
     out.flush()
     return sum(1 for row in rows if "error" in row)
