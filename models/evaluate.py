@@ -261,7 +261,12 @@ def evaluate_real(classifiers: Mapping[str, Classifier], decide: Decide) -> dict
 
 def _unseen_table(classifier: Classifier, decide: Decide, path: Path) -> dict[str, Any]:
     """The action each hand-written line gets; `nudge` expected accepts any more severe one
-    (`review`, `block`) too: the line was to be flagged."""
+    (`review`, `block`) too: the line was to be flagged. As at run time, a line the language
+    gate names as a language the model does not read gets `review` unless the model's action is
+    more severe (the default policy's `unsupported_language`)."""
+    from moderator.language import LanguageGate
+
+    gate = LanguageGate()
     unseen = read_unseen(path)
     scored = score_each(classifier, [t for t, _, _ in unseen])
     rows: list[dict[str, Any]] = []
@@ -269,6 +274,9 @@ def _unseen_table(classifier: Classifier, decide: Decide, path: Path) -> dict[st
     for i, (text, expected, kind) in enumerate(unseen):
         row = scored.row(i)
         action, reason, _ = decide(row)
+        code = gate.detect(text)
+        if code is not None and ACTIONS.index("review") > ACTIONS.index(action):
+            action, reason = "review", f"unsupported_language:{code}"
         ok = action == expected or (expected == "nudge" and ACTIONS.index(action) > 1)
         n_ok += ok
         top = max(row.items(), key=lambda kv: kv[1])

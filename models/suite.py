@@ -101,13 +101,16 @@ class Scorer:
 def runtime_judge(classifier: Classifier, policy: Policy, batch: int = SCORE_BATCH) -> Judge:
     """What `moderator score` decides for each text (`verdicts.decide_texts`, the path it and the
     pipeline share), `batch` lines at a time as it reads them."""
-    from moderator.verdicts import decide_texts
+    from moderator.language import LanguageGate
+    from moderator.verdicts import Reader, decide_texts
+
+    reader = Reader(classifier, gate=LanguageGate())  # windows and the language gate, as it runs
 
     def judge(texts: Sequence[str]) -> list[Decision]:
         out: list[Decision] = []
         for start in range(0, len(texts), batch):
-            for verdict, _ in decide_texts(classifier, policy, texts[start : start + batch]):
-                out.append(Decision(verdict.action, verdict.reason))
+            for judged in decide_texts(reader, policy, texts[start : start + batch]):
+                out.append(Decision(judged.verdict.action, judged.verdict.reason))
         return out
 
     return judge

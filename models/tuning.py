@@ -10,8 +10,9 @@ blocked) so that a test split, which the tuner never sees, has room for sampling
 
 The toxic dev lines are the web snippets and insult comments plus the labelled research data's
 hateful and threatening lines (`realdata.LABELLED`); ToxiGen's neutral statements about groups
-are held to their own limit, `MAX_GROUP_FLAG` (issue 27's target is 5%; their dev split is a
-few dozen lines, so the limit leaves room for one more on the test split).
+are held to their own limit, `MAX_GROUP_FLAG`: issue 27's target itself (5%). Their dev split is
+64 lines, so a tighter limit (3% was tried) allows one flagged line and pushed every threshold to
+0.995, where a fifth of the toxic dev lines were caught.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from models import onnx_export, realdata, realtext
 MAX_FLAG = 0.008
 MAX_REVIEW = 0.004
 MAX_BLOCK = 0.001
-MAX_GROUP_FLAG = 0.03
+MAX_GROUP_FLAG = 0.05
 POLICY_FILE = Path(__file__).resolve().parent.parent / "moderator" / "default_policy.toml"
 
 HEADER = """\
@@ -96,6 +97,13 @@ def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str], list[str], Any]:
     )
 
 
+# What text in a language the model does not read gets (issue 27): a human looks, by default.
+LANGUAGE_COMMENT = (
+    "# Text the language gate names as a language the model does not read (it reads English)."
+)
+UNSUPPORTED_LANGUAGE = 'unsupported_language = "review"'
+
+
 def render_policy(table: dict[str, dict[str, float]], header: str, version: int) -> str:
     """TOML for the policy; specific labels first (they win ties), toxicity last."""
     order = (
@@ -107,7 +115,8 @@ def render_policy(table: dict[str, dict[str, float]], header: str, version: int)
         "insult",
         "toxicity",
     )
-    lines = [header, 'name = "default"', f"version = {version}", ""]
+    lines = [header, 'name = "default"', f"version = {version}"]
+    lines += [LANGUAGE_COMMENT, UNSUPPORTED_LANGUAGE, ""]
     for label in order:
         if label not in table:
             continue

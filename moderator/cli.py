@@ -29,9 +29,9 @@ from moderator.errors import ConfigError, ModeratorError
 from moderator.logs import LOG_FORMATS, LOG_LEVELS, log_settings
 from moderator.policy import Policy, read_spec
 from moderator.redaction import protect, scrub
-from moderator.service import Moderator
+from moderator.service import Moderator, reader_for
 from moderator.topics import ensure_topics
-from moderator.verdicts import decide_texts
+from moderator.verdicts import Reader, decide_texts
 
 log = logging.getLogger("moderator")
 
@@ -83,8 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the processor, against any Kafka and Redis")
     add_setting_flags(run)
     run.add_argument("--create-topics", action="store_true", help="create missing topics first")
-    # --topic-partitions (MODERATOR_TOPIC_PARTITIONS) now; the old spelling still works.
-    run.add_argument("--partitions", type=int, dest="old_partitions", help=argparse.SUPPRESS)
+    # The old spelling of --topic-partitions (MODERATOR_TOPIC_PARTITIONS), still accepted.
+    run.add_argument("--partitions", type=int, dest="topic_partitions", help=argparse.SUPPRESS)
     run.add_argument(
         "--workers", type=int, default=1, help="processes in the group, pinned to disjoint cores"
     )
@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
     score.add_argument("--threads", type=int, default=None, help="intra-op threads")
     score.add_argument("--batch", type=int, default=32, help="lines scored together")
+    score.add_argument(
+        "--max-windows",
+        type=int,
+        default=None,
+        help="windows read per message [MODERATOR_MAX_WINDOWS]",
+    )
     log_flags(score, argparse.SUPPRESS)
     score.set_defaults(command=_cmd_score)
 
@@ -165,18 +171,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     protect(settings.secrets())
     settings.check_model_dir()
-    if args.old_partitions is not None:
-        settings = settings.replace(topic_partitions=args.old_partitions)
     topics = topic_partitions(settings, settings.topic_partitions) if args.create_topics else None
     if args.workers > 1:
         from moderator.workers import run_workers
 
         if topics:
-            loop.run(
-                ensure_topics(
-                    settings.kafka_options(), topics, replication=settings.topic_replication
-                )
-            )
+            loop.run(create_topics(settings, topics))
         argv = args.argv[args.argv.index("run") + 1 :]
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
@@ -193,6 +193,10 @@ def say(line: str) -> None:
         print(line, flush=True)
 
 
+async def create_topics(settings: Settings, topics: dict[str, int]) -> None:
+    await ensure_topics(settings.kafka_options(), topics, replication=settings.topic_replication)
+
+
 def topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
     return {settings.in_topic: partitions, settings.out_topic: partitions, settings.dlq_topic: 1}
 
@@ -207,9 +211,7 @@ async def serve(
     """
     if topics:
         say(f"creating topics {', '.join(topics)} (if missing) …")
-        await ensure_topics(
-            settings.kafka_options(), topics, replication=settings.topic_replication
-        )
+        await create_topics(settings, topics)
     info = ModelInfo.load(settings.model_dir)
     say(f"loading model {info.ident} (sha256 {info.sha256[:12]}…) from {settings.model_dir} …")
     moderator = Moderator(settings)
@@ -278,14 +280,20 @@ def _cmd_policy(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    settings = Settings.from_env(model_dir=args.model, threads=args.threads, policy=args.policy)
+    settings = Settings.from_env(
+        model_dir=args.model,
+        threads=args.threads,
+        policy=args.policy,
+        max_windows=args.max_windows,
+    )
     settings.check_model_dir()
     classifier = Classifier(settings.model_dir, threads=settings.effective_threads)
+    reader = reader_for(settings, classifier)  # once: the language gate takes ~0.5 s to load
     policy = Policy.load(settings.policy)
     policy.check_labels(classifier.labels)
     failures = 0
     for chunk in _chunks(sys.stdin, max(args.batch, 1)):
-        failures += decide_lines(chunk, classifier, policy, sys.stdout)
+        failures += decide_lines(chunk, reader, policy, sys.stdout)
     return 1 if failures else 0
 
 
@@ -301,7 +309,7 @@ def _chunks(stream: IO[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def decide_lines(lines: list[str], classifier: Classifier, policy: Policy, out: IO[str]) -> int:
+def decide_lines(lines: list[str], reader: Reader, policy: Policy, out: IO[str]) -> int:
     """Write one decision (or one error) per JSON line, in order; return the error count."""
     rows: list[dict[str, object]] = []
     texts: list[str] = []
@@ -319,18 +327,23 @@ def decide_lines(lines: list[str], classifier: Classifier, policy: Policy, out: 
         row["text"] = data["text"]
         rows.append(row)
         texts.append(data["text"])
-    decided = iter(decide_texts(classifier, policy, texts))
+    decided = iter(decide_texts(reader, policy, texts))
     for row in rows:
         if "error" not in row:
-            verdict, scores = next(decided)
+            judged = next(decided)
+            verdict = judged.verdict
             row.update(
                 action=verdict.action,
                 reason=verdict.reason,
                 severity=verdict.severity,
-                scores={k: round(v, 4) for k, v in scores.items()},
-                model=classifier.info.ident,
+                scores={k: round(v, 4) for k, v in judged.scores.items()},
+                model=reader.classifier.info.ident,
                 policy=policy.ident,
+                span=judged.span,
+                truncated=judged.truncated,
             )
+            if judged.language is not None:
+                row["language"] = judged.language
         out.write(orjson.dumps(row).decode() + "\n")
     out.flush()
     return sum(1 for row in rows if "error" in row)

@@ -60,6 +60,7 @@ HELP = {
     "metrics_host": "address the metrics endpoint binds to",
     "max_batch": "largest micro-batch the model scores at once",
     "max_in_flight": "messages fetched but not yet acknowledged, at most",
+    "max_windows": "model windows read per message (past it: the first N-1 and the last)",
     "max_record_bytes": "inbound records larger than this are dead-lettered",
     "cache_ttl_s": "time-to-live of verdicts in Redis",
     "l1_cache_size": "entries in the in-process verdict cache (0 disables it)",
@@ -106,6 +107,7 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     max_batch: int = 8
     max_in_flight: int = 2000
+    max_windows: int = 16
     max_record_bytes: int = 65536
     cache_ttl_s: int = 86400
     l1_cache_size: int = 100_000
@@ -147,8 +149,9 @@ class Settings:
         if self.redis_url:
             self._check_redis_url(bad)
         positive = ("threads", "batch_threads", "budget_ms", "max_batch", "max_in_flight",
-                    "max_record_bytes", "cache_ttl_s", "redis_timeout_ms", "commit_interval_s",
-                    "shutdown_timeout_s", "topic_partitions", "topic_replication")  # fmt: skip
+                    "max_windows", "max_record_bytes", "cache_ttl_s", "redis_timeout_ms",
+                    "commit_interval_s", "shutdown_timeout_s", "topic_partitions",
+                    "topic_replication")  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")
@@ -297,8 +300,7 @@ def _optional_path(raw: str) -> Path | None:
     return Path(raw).expanduser() if raw else None
 
 
-# How a string from the environment or a flag becomes each kind of setting, by its type (the
-# annotations resolved once, not compared as strings). A `str` setting is taken as it is.
+# How a string from the environment or a flag becomes each setting, by its resolved type.
 _PARSERS: dict[object, Callable[[str], Any]] = {
     int: int,
     float: float,

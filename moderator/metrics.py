@@ -35,6 +35,7 @@ LATENCY_BUCKETS_S = (
     *(0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5),
 )
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+WINDOW_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64)  # windows per message (cap 16 by default)
 # Send to decision: fine around a tens-of-milliseconds budget, coarse out to a minute-old backlog.
 END_TO_END_BUCKETS_S = (
     *(0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0),
@@ -111,6 +112,22 @@ class Metrics:
         )
         self.batch_size = histogram("batch_size", "Messages per model batch", BATCH_BUCKETS)
         self.over_budget = counter("over_budget", "Decisions later than the latency budget")
+        self.message_windows = histogram(
+            "message_windows",
+            "Windows of the model's length per message past the screen, scored or found in "
+            "the cache (above 1: a long message read whole)",
+            WINDOW_BUCKETS,
+        )
+        self.truncated = counter(
+            "truncated_messages",
+            "Messages longer than MODERATOR_MAX_WINDOWS windows: their middle was not all read "
+            "(nothing flagged: review, reason truncated)",
+        )
+        self.unsupported_language = counter(
+            "unsupported_language",
+            "Messages the language gate named as a language the model does not read",
+            "language",
+        )
         self.degraded = counter(
             "degraded_decisions", "Late messages decided without the model", "action"
         )

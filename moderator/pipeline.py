@@ -1,9 +1,11 @@
 """One fetched batch of records → one outcome per record (a decision or a dead letter).
 
 Parse and validate, find the channel's policy, screen each text (its deny terms or empty text
-decide without the model; moderator/verdicts.py, shared with `moderator score`), look the scores
-of the rest up in the cache, send the misses to the model (identical texts are scored once), apply
-the policy, encode the decision. No Kafka here: the service feeds records in and publishes the
+decide without the model, a long text is cut into windows, the language gate names a language
+the model does not read; moderator/verdicts.py, shared with `moderator score`), look the scores
+of the rest up in the cache, send the misses to the model (each window a row of the
+micro-batcher, gathered; identical texts are scored once), apply the policy, encode the
+decision. No Kafka here: the service feeds records in and publishes the
 outcomes in the same order.
 """
 
@@ -15,14 +17,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from moderator.batcher import MicroBatcher, ModelResult
-from moderator.cache import ScoreCache, cache_key
+from moderator.cache import ScoreCache
 from moderator.channel_policies import PolicyBook
-from moderator.classifier import Classifier, Scores, TokenIds
+from moderator.classifier import Classifier, Scores
 from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
-from moderator.policy import Policy, Verdict
+from moderator.policy import Policy
 from moderator.records import (
     ChatMessage,
     InboundRecord,
@@ -33,7 +37,7 @@ from moderator.records import (
     encode_decision,
     parse_message,
 )
-from moderator.verdicts import on_scores, screen
+from moderator.verdicts import Judged, Reader, Screened, judge, screen
 
 
 @dataclass(eq=False, slots=True)
@@ -43,9 +47,9 @@ class _Message:
     record: InboundRecord
     chat: ChatMessage
     policy: Policy  # the channel's
-    ids: TokenIds | None = None  # its token ids, when the model must score it
+    screened: Screened | None = None  # its windows, when the model must score it
     key: bytes = b""  # its score cache key
-    scores: Scores | None = None  # from the cache
+    scores: Scores | None = None  # from the cache (one row, or a row per window)
     model_call: asyncio.Future[ModelResult] | None = None  # the model call it waits for
     owner: bool = False  # it started that call (else it joined one already under way)
     outcome: Outcome | None = None  # its decision, once decided
@@ -70,8 +74,14 @@ class Pipeline:
         max_record_bytes: int,
         budget_ms: float,
         fallback: Fallback | None = None,
+        reader: Reader | None = None,
     ) -> None:
         self.classifier = classifier
+        self.reader = reader if reader is not None else Reader(classifier)
+        if (gate := self.reader.gate) is not None:  # every language it can name, at 0
+            for code in gate.candidates:
+                if code not in gate.supported:
+                    metrics.unsupported_language.labels(code)
         self.policies = policies if isinstance(policies, PolicyBook) else PolicyBook(policies)
         self.batcher = batcher
         self.cache = cache
@@ -103,13 +113,13 @@ class Pipeline:
                 continue
             slots.append(_Message(record, chat, self.policies.for_channel(chat.channel_id)))
         messages = [m for m in slots if isinstance(m, _Message)]
-        screened = screen(self.classifier, [(m.policy, m.chat.text) for m in messages])
-        for m, (verdict, ids) in zip(messages, screened, strict=True):
-            if ids is None:  # decided without the model: a deny term, or empty text
-                assert verdict is not None
-                m.outcome = self._decide(m, fetched, verdict)
+        screened = screen(self.reader, [(m.policy, m.chat.text) for m in messages])
+        for m, text in zip(messages, screened, strict=True):
+            if text.verdict is not None:  # decided without the model: a deny term, empty text
+                m.outcome = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
             else:
-                m.ids, m.key = ids, cache_key(self.model_sha256, ids)
+                m.screened, m.key = text, text.key(self.model_sha256, self.reader)
+                self.metrics.message_windows.observe(len(text.rows))
 
         lookups = [m for m in messages if m.outcome is None]
         hits = await self.cache.get_many([m.key for m in lookups])
@@ -119,7 +129,8 @@ class Pipeline:
                 m.scores = scores
             elif self.fallback is not None and m.chat.sent_at_ms < late_before_ms:
                 verdict = self.fallback.decide(m.chat.text)
-                m.outcome = self._decide(m, fetched, verdict, degraded=True)
+                judged = Judged(verdict, {}, (0, len(m.chat.text)))
+                m.outcome = self._decide(m, fetched, judged, degraded=True)
             else:
                 self._submit(m)
 
@@ -148,8 +159,12 @@ class Pipeline:
         future = self._model_calls.get(m.key)
         m.owner = future is None
         if future is None:
-            assert m.ids is not None
-            future = self.batcher.submit(m.ids)
+            assert m.screened is not None
+            rows = m.screened.rows
+            if len(rows) == 1:
+                future = self.batcher.submit(rows[0])
+            else:  # each window a row of the batcher, gathered into one result
+                future = asyncio.ensure_future(_gathered([self.batcher.submit(r) for r in rows]))
             self._model_calls[m.key] = future
             future.add_done_callback(functools.partial(self._model_call_done, m.key))
         else:
@@ -166,18 +181,20 @@ class Pipeline:
         score_s: float = 0.0,
         queued_s: float | None = None,
     ) -> Outcome:
-        """The policy's decision on `scores`."""
-        verdict, named = on_scores(self.classifier, m.policy, scores)
-        return self._decide(
-            m, fetched, verdict, named, cached=cached, score_s=score_s, queued_s=queued_s
-        )
+        """The policy's decision on `scores` (one row, or a row per window)."""
+        assert m.screened is not None
+        judged = judge(self.reader, m.policy, m.screened, scores)
+        if judged.truncated:
+            self.metrics.truncated.inc()
+        if judged.language is not None:
+            self.metrics.unsupported_language.labels(judged.language).inc()
+        return self._decide(m, fetched, judged, cached=cached, score_s=score_s, queued_s=queued_s)
 
     def _decide(
         self,
         m: _Message,
         fetched: float,
-        verdict: Verdict,
-        scores: dict[str, float] | None = None,
+        judged: Judged,
         *,
         cached: bool = False,
         degraded: bool = False,
@@ -191,12 +208,13 @@ class Pipeline:
             queued_s = total_s - score_s
         decided_at_ms = int(time.time() * 1000)
         over_budget = decided_at_ms - msg.sent_at_ms > self.budget_ms
+        verdict = judged.verdict
         value = encode_decision(
             msg,
             action=verdict.action,
             reason=verdict.reason,
             severity=verdict.severity,
-            scores=scores or {},
+            scores=judged.scores,
             model=self.model_ident,
             policy=m.policy.ident,
             cached=cached,
@@ -204,6 +222,9 @@ class Pipeline:
             timing=Timing(queued_s * 1000, score_s * 1000, total_s * 1000),
             decided_at_ms=decided_at_ms,
             over_budget=over_budget,
+            span=judged.span,
+            truncated=judged.truncated,
+            language=judged.language,
         )
         self.metrics.end_to_end.observe(max(decided_at_ms - msg.sent_at_ms, 0) / 1000)
         if over_budget:
@@ -215,3 +236,14 @@ class Pipeline:
         if key is None:  # keep one channel's decisions together even for unkeyed input
             key = msg.channel_id.encode()
         return Outcome(key, value, carried_headers(m.record), action=verdict.action)
+
+
+async def _gathered(calls: list[asyncio.Future[ModelResult]]) -> ModelResult:
+    """One result for a message's windows: a row per window, the longest wait and model time
+    (its windows mostly share batches)."""
+    results = await asyncio.gather(*calls)
+    return ModelResult(
+        np.stack([r.scores for r in results]),
+        max(r.queued_s for r in results),
+        max(r.score_s for r in results),
+    )

@@ -8,6 +8,9 @@ profanity" is one policy. The actions are data, least severe first: by default `
 The older form, a threshold per action (`threat = {review = 0.6, block = 0.97}`), is still read:
 its actions take the top severities (by default `nudge` low, `review` medium, `block` high).
 
+Text in a language the model does not read gets the policy's `unsupported_language` action
+(default `review`; `allow` lets it through), when that is more severe than the model's verdict.
+
 A policy may be partial (a channel's policy over the default, `merge_specs`): what it leaves out
 comes from the one below it. Deny terms decide without the model; allow phrases are cut out of
 the text before deny matching and scoring (`moderator/terms.py` does the matching).
@@ -15,7 +18,6 @@ the text before deny matching and scoring (`moderator/terms.py` does the matchin
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import tomllib
@@ -25,7 +27,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from moderator.errors import PolicyError
-from moderator.terms import SEVERITIES, Term, TermMatcher, default_terms
+from moderator.terms import (
+    SEVERITIES,
+    Term,
+    TermMatcher,
+    default_term_entries,
+    deny_entries,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +45,7 @@ DENY_REASON = "deny"  # reason "deny:<list>:<category>" for a deny-term match
 # own `thresholds` say otherwise.
 DEFAULT_SEVERITY_THRESHOLDS = {"low": 0.5, "medium": 0.75, "high": 0.97}
 LIST_KEYS = ("deny", "allow")  # merged by appending, the rest by replacing
-DENY_KEYS = frozenset({"term", "category", "action", "severity"})  # of one deny entry
+REVIEW = "review"  # a human should look; a policy without it uses its least severe action
 
 
 class Verdict(NamedTuple):
@@ -98,6 +106,7 @@ class Policy:
         *,
         deny: Iterable[Term] = (),
         allow: Iterable[str] = (),
+        unsupported_language: str = REVIEW,
         spec: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
@@ -106,12 +115,27 @@ class Policy:
         self.actions = (ALLOW, *actions)  # increasing severity
         self.spec = dict(spec or {})  # what it was read from: what a partial policy merges onto
         rank = {action: i for i, action in enumerate(self.actions)}
+        # What a human should look at: `review`, or the least severe action of a policy that
+        # lists its own actions without it (never `allow`: unread text is not let through).
+        self.review_action = REVIEW if REVIEW in rank else self.actions[1]
+        if unsupported_language == REVIEW:
+            unsupported_language = self.review_action
+        if unsupported_language not in rank:
+            raise PolicyError(
+                f"unsupported_language: {unsupported_language!r} is not one of "
+                f"{', '.join(self.actions)}"
+            )
+        self.unsupported_language = unsupported_language
         # Per rule, its (severity, threshold, action rank) steps, most severe first: what
         # `decide` walks. A severity without an action of its own takes the one below's.
         self._ladders = tuple(_ladder(rule, rank) for rule in self.rules)
         deny, allow = tuple(deny), tuple(allow)
         self.terms = TermMatcher(deny, allow) if deny or allow else None
         self._deny_rank = rank
+
+    def rank(self, action: str) -> int:
+        """The severity of `action` among this policy's (allow is 0)."""
+        return self._deny_rank[action]
 
     @property
     def ident(self) -> str:
@@ -160,12 +184,26 @@ class Policy:
             )
             for label, spec in labels.items()
         ]
-        deny = _deny(data.get("deny", []), known, f"{source}: deny")
-        deny += _default_terms(data.get("default_terms", {}), known, f"{source}: default_terms")
+        deny = deny_entries(data.get("deny", []), known, f"{source}: deny")
+        deny += default_term_entries(
+            data.get("default_terms", {}), known, f"{source}: default_terms"
+        )
         allow = data.get("allow", [])
         if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
             raise PolicyError(f"{source}: 'allow' must be a list of non-empty strings")
-        return cls(name, version, rules, actions, deny=deny, allow=allow, spec=data)
+        language = data.get("unsupported_language", REVIEW)
+        if language not in (REVIEW, *known):
+            raise PolicyError(f"{source}: 'unsupported_language' must be one of {', '.join(known)}")
+        return cls(
+            name,
+            version,
+            rules,
+            actions,
+            deny=deny,
+            allow=allow,
+            unsupported_language=language,
+            spec=data,
+        )
 
     def check_labels(self, model_labels: Iterable[str]) -> None:
         """Warn about rules naming labels the model lacks: they can never trigger."""
@@ -306,43 +344,3 @@ def _rule(
         raise PolicyError(f"{where} maps no severity to an action")
     thresholds = {**severity, **_thresholds(spec.get("thresholds", {}), f"{where}.thresholds")}
     return Rule(label, thresholds, mapped)
-
-
-def _deny(entries: object, actions: Sequence[str], where: str) -> list[Term]:
-    if not isinstance(entries, list):
-        raise PolicyError(f"{where} must be a list of {{term, category, action}} tables")
-    terms = []
-    for i, entry in enumerate(entries):
-        if isinstance(entry, str):
-            entry = {"term": entry}
-        if not isinstance(entry, Mapping) or set(entry) - DENY_KEYS:
-            raise PolicyError(f"{where}[{i}] may only set term, category, action, severity")
-        term, action = entry.get("term"), entry.get("action", actions[-1])
-        category, level = entry.get("category", "custom"), entry.get("severity", "high")
-        if not isinstance(term, str) or not term.strip():
-            raise PolicyError(f"{where}[{i}].term must be a non-empty string")
-        if action not in actions or action == ALLOW:
-            raise PolicyError(
-                f"{where}[{i}].action: {action!r} is not one of {', '.join(actions[1:])}"
-            )
-        if not isinstance(category, str) or level not in SEVERITIES:
-            raise PolicyError(f"{where}[{i}]: category is a string, severity one of {SEVERITIES}")
-        terms.append(Term(term, category, level, action, "policy"))
-    return terms
-
-
-def _default_terms(table: object, actions: Sequence[str], where: str) -> list[Term]:
-    """The packaged list's terms whose severity the policy maps to an action."""
-    if not isinstance(table, Mapping) or set(table) - set(SEVERITIES):
-        raise PolicyError(f"{where} may only map {', '.join(SEVERITIES)} to an action")
-    for key, action in table.items():
-        if action not in actions:
-            raise PolicyError(f"{where}.{key}: {action!r} is not one of {', '.join(actions)}")
-    wanted = {k: v for k, v in table.items() if v != ALLOW}
-    if not wanted:
-        return []
-    return [
-        dataclasses.replace(t, action=wanted[t.severity])
-        for t in default_terms()
-        if t.severity in wanted
-    ]

@@ -154,30 +154,36 @@ def encode_decision(
     timing: Timing,
     decided_at_ms: int,
     over_budget: bool,
+    span: tuple[int, int],
+    truncated: bool = False,
+    language: str | None = None,
 ) -> bytes:
-    """The outbound decision record (the documented schema plus `over_budget`)."""
-    return orjson.dumps(
-        {
-            "message_id": msg.message_id,
-            "channel_id": msg.channel_id,
-            "user_id": msg.user_id,
-            "action": action,
-            "reason": reason,
-            "severity": severity,
-            "scores": {label: round(score, 4) for label, score in scores.items()},
-            "model": model,
-            "policy": policy,
-            "cached": cached,
-            "degraded": degraded,
-            "latency_ms": {
-                "queue": round(timing.queue_ms, 3),
-                "score": round(timing.score_ms, 3),
-                "total": round(timing.total_ms, 3),
-            },
-            "over_budget": over_budget,
-            "decided_at_ms": decided_at_ms,
-        }
-    )
+    """The outbound decision record (moderator/schemas/decision.schema.json)."""
+    record: dict[str, object] = {
+        "message_id": msg.message_id,
+        "channel_id": msg.channel_id,
+        "user_id": msg.user_id,
+        "action": action,
+        "reason": reason,
+        "severity": severity,
+        "scores": {label: round(score, 4) for label, score in scores.items()},
+        "model": model,
+        "policy": policy,
+        "cached": cached,
+        "degraded": degraded,
+        "latency_ms": {
+            "queue": round(timing.queue_ms, 3),
+            "score": round(timing.score_ms, 3),
+            "total": round(timing.total_ms, 3),
+        },
+        "over_budget": over_budget,
+        "decided_at_ms": decided_at_ms,
+        "span": span,
+        "truncated": truncated,
+    }
+    if language is not None:  # only when the gate named a language the model does not read
+        record["language"] = language
+    return orjson.dumps(record)
 
 
 def dlq_headers(

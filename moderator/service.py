@@ -27,12 +27,14 @@ from moderator.config import Settings
 from moderator.connect import start_client, stop_within
 from moderator.degrade import fallback_for
 from moderator.intake import Fetched, Intake
+from moderator.language import LanguageGate
 from moderator.ledger import Entry
 from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
 from moderator.tasks import Supervisor, cancel
+from moderator.verdicts import Reader
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ class Moderator:
         s, m, tasks = self.settings, self.metrics, self._tasks
         self._metrics_server = self._serve_metrics()
         classifier = await self._load_model()
+        reader = await asyncio.to_thread(reader_for, s, classifier)
         policies = PolicyBook.load(s.policy, classifier.labels)
         self._cache = cache = _cache(s, m)
         await self._own(cache, cache.start())
@@ -117,7 +120,7 @@ class Moderator:
         )
         await self._own(scorer, scorer.start())
         tasks.watch(_started(scorer.task))
-        self._pipeline = _pipeline(s, m, classifier, policies, scorer, cache)
+        self._pipeline = _pipeline(s, m, reader, policies, scorer, cache)
         intake = self._intake = Intake(
             s, m, on_assigned=self._assigned, on_abandoned=self._abandoned
         )
@@ -275,13 +278,13 @@ def _cache(s: Settings, metrics: Metrics) -> ScoreCache:
 def _pipeline(
     s: Settings,
     metrics: Metrics,
-    classifier: Classifier,
+    reader: Reader,
     policies: PolicyBook,
     scorer: MicroBatcher,
     cache: ScoreCache,
 ) -> Pipeline:
     return Pipeline(
-        classifier,
+        reader.classifier,
         policies,
         scorer,
         cache,
@@ -289,7 +292,13 @@ def _pipeline(
         max_record_bytes=s.max_record_bytes,
         budget_ms=s.budget_ms,
         fallback=fallback_for(s),
+        reader=reader,
     )
+
+
+def reader_for(s: Settings, classifier: Classifier) -> Reader:
+    """How this process reads a message: windows up to the cap, the language gate (English)."""
+    return Reader(classifier, max_windows=s.max_windows, gate=LanguageGate())
 
 
 def _producer(s: Settings) -> AIOKafkaProducer:

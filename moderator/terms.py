@@ -15,15 +15,17 @@ packaged list.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import itertools
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, NamedTuple
 
+from moderator.errors import PolicyError
 from moderator.normalize import fold_lookalikes
 
 SEVERITIES = ("low", "medium", "high")
@@ -203,7 +205,9 @@ class TermMatcher:
         return found
 
     def without_allowed(self, text: str) -> str:
-        """`text` with each allowed phrase replaced by a space (the same object if none)."""
+        """`text` with each allowed phrase blanked by spaces (the same object if none): the same
+        length, so character offsets stay the text's, and the same tokens (normalisation folds
+        a run of spaces into one)."""
         if not self._allow:
             return text
         ws = words(text)
@@ -212,7 +216,7 @@ class TermMatcher:
             return text
         out, last = [], 0
         for a, b in spans:
-            out += [text[last : ws[a].start], " "]
+            out += [text[last : ws[a].start], " " * (ws[b - 1].end - ws[a].start)]
             last = ws[b - 1].end
         return "".join(out) + text[last:]
 
@@ -262,3 +266,49 @@ def _packaged() -> tuple[Term, ...]:
 def default_terms() -> list[Term]:
     """The packaged list (`default_terms.csv`: Surge AI's profanity list, THIRD_PARTY.md)."""
     return list(_packaged())
+
+
+# A policy's own deny list and its mapping of the packaged terms' severities (moderator/policy.py
+# reads both; `actions` is always the policy's actions, `allow` first).
+DENY_KEYS = frozenset({"term", "category", "action", "severity"})  # of one deny entry
+
+
+def deny_entries(entries: object, actions: Sequence[str], where: str) -> list[Term]:
+    """The policy's own deny entries (a term alone, or a table), each checked."""
+    if not isinstance(entries, list):
+        raise PolicyError(f"{where} must be a list of {{term, category, action}} tables")
+    terms = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            entry = {"term": entry}
+        if not isinstance(entry, Mapping) or set(entry) - DENY_KEYS:
+            raise PolicyError(f"{where}[{i}] may only set term, category, action, severity")
+        term, action = entry.get("term"), entry.get("action", actions[-1])
+        category, level = entry.get("category", "custom"), entry.get("severity", "high")
+        if not isinstance(term, str) or not term.strip():
+            raise PolicyError(f"{where}[{i}].term must be a non-empty string")
+        if action not in actions or action == actions[0]:
+            raise PolicyError(
+                f"{where}[{i}].action: {action!r} is not one of {', '.join(actions[1:])}"
+            )
+        if not isinstance(category, str) or level not in SEVERITIES:
+            raise PolicyError(f"{where}[{i}]: category is a string, severity one of {SEVERITIES}")
+        terms.append(Term(term, category, level, action, "policy"))
+    return terms
+
+
+def default_term_entries(table: object, actions: Sequence[str], where: str) -> list[Term]:
+    """The packaged list's terms whose severity the policy maps to an action."""
+    if not isinstance(table, Mapping) or set(table) - set(SEVERITIES):
+        raise PolicyError(f"{where} may only map {', '.join(SEVERITIES)} to an action")
+    for key, action in table.items():
+        if action not in actions:
+            raise PolicyError(f"{where}.{key}: {action!r} is not one of {', '.join(actions)}")
+    wanted = {k: v for k, v in table.items() if v != actions[0]}
+    if not wanted:
+        return []
+    return [
+        dataclasses.replace(t, action=wanted[t.severity])
+        for t in default_terms()
+        if t.severity in wanted
+    ]

@@ -1,10 +1,16 @@
 """Texts → verdicts: the one path the pipeline and `moderator score` share.
 
-A policy's allowed phrases are cut out, its deny terms decide without the model, the rest is
-encoded, and a text with nothing left after normalisation is allowed without the model (`screen`);
-the model scores what is left, and the policy decides on the scores (`on_scores`). How the scores
-are found is the caller's: the pipeline looks them up in the cache and sends misses through the
-micro-batcher, `moderator score` runs the model once per chunk (`decide_texts`).
+A policy's allowed phrases are blanked out, its deny terms decide without the model, the rest is
+encoded, and a text with nothing left after normalisation is allowed without the model (`screen`).
+A text longer than one window of the model is cut into windows (moderator/windows.py), and the
+language gate names a language the model does not read, window by window, so an English start
+cannot carry a foreign body. The model scores every window; a label's score is its highest over
+them, and the policy decides on the scores (`judge`): a message the cap left partly unread
+that nothing flagged goes to review (unread text is not silently allowed), and the policy's
+action for an unsupported language applies when it is the more severe (English insults inside
+foreign text still act). How the scores are found is the caller's: the pipeline looks them up
+in the cache and sends misses through the micro-batcher, window by window, `moderator score`
+runs the model once per chunk (`decide_texts`).
 """
 
 from __future__ import annotations
@@ -12,55 +18,140 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
+from moderator.cache import cache_key
 from moderator.classifier import Classifier, Scores, TokenIds
-from moderator.policy import EMPTY_TEXT, Policy, Verdict
+from moderator.language import LanguageGate
+from moderator.policy import ALLOW, EMPTY_TEXT, Policy, Verdict
+from moderator.windows import MAX_WINDOWS, Span, WindowScorer
+
+TRUNCATED_REASON = "truncated"
+UNSUPPORTED_LANGUAGE_REASON = "unsupported_language"  # reason "unsupported_language:<code>"
+
+
+class Reader:
+    """How this process reads a text: the classifier, its windows and the language gate (None:
+    every language passes); built once per process (the gate's model takes ~0.5 s to load)."""
+
+    def __init__(
+        self,
+        classifier: Classifier,
+        *,
+        max_windows: int = MAX_WINDOWS,
+        gate: LanguageGate | None = None,
+    ) -> None:
+        self.classifier = classifier
+        self.windows = WindowScorer(classifier, max_windows=max_windows)
+        self.gate = gate
+
+    def language(self, text: str, spans: Sequence[Span]) -> str | None:
+        """The first unsupported language the gate names in the windows `spans` of `text`."""
+        if self.gate is None:
+            return None
+        for start, end in spans:
+            if (code := self.gate.detect(text[start:end])) is not None:
+                return code
+        return None
 
 
 class Screened(NamedTuple):
-    """A text before the model: decided already, or the token ids the model must score."""
+    """A text before the model: decided already, or the windows the model must score."""
 
     verdict: Verdict | None  # a deny term's, or EMPTY_TEXT
-    ids: TokenIds | None  # set exactly when `verdict` is None
+    rows: tuple[TokenIds, ...]  # a row of token ids per window; empty exactly when decided
+    spans: tuple[Span, ...]  # each window's characters in the text
+    length: int  # characters in the text
+    truncated: bool = False  # past the window cap: the middle was not all read
+    language: str | None = None  # a language the model does not read
+
+    @property
+    def ids(self) -> TokenIds | None:
+        """The token ids of a one-window text (exactly what `Classifier.encode` gives it)."""
+        return self.rows[0] if len(self.rows) == 1 else None
+
+    def key(self, model_sha256: str, reader: Reader) -> bytes:
+        """The score cache key: a one-window text's is today's (its token ids); a longer one's
+        hashes every window and the plan (size, stride, cap) that cut them."""
+        if len(self.rows) == 1:
+            return cache_key(model_sha256, self.rows[0])
+        w = reader.windows
+        # -1 first: no token id is negative, so no window list hashes like one text's ids.
+        plan = np.asarray([-1, w.size, w.stride, w.max_windows], dtype=np.int64)
+        lengths = np.asarray([len(r) for r in self.rows], dtype=np.int64)
+        return cache_key(model_sha256, np.concatenate([plan, lengths, *self.rows]))
 
 
-def screen(classifier: Classifier, texts: Sequence[tuple[Policy, str]]) -> list[Screened]:
+class Judged(NamedTuple):
+    """The decision on one text: the verdict, scores by label, and what the record says."""
+
+    verdict: Verdict
+    scores: dict[str, float]  # empty when the model was not asked
+    span: Span  # the window behind the acting (or, when allowed, the highest) label
+    truncated: bool = False
+    language: str | None = None
+
+
+def screen(reader: Reader, texts: Sequence[tuple[Policy, str]]) -> list[Screened]:
     """Each (policy, text) pair screened by its policy, the undecided ones encoded in one call."""
     out: list[Screened] = []
     undecided: list[tuple[int, str]] = []
     for policy, text in texts:
-        text = policy.without_allowed(text)
-        denied = policy.deny_verdict(text)
+        blanked = policy.without_allowed(text)  # the same length: spans stay the text's
+        denied = policy.deny_verdict(blanked)
         if denied is None:
-            undecided.append((len(out), text))
-        out.append(Screened(denied, None))
+            undecided.append((len(out), blanked))
+        out.append(Screened(denied, (), (), len(text)))
+    classifier = reader.classifier
     encoded = classifier.encode([text for _, text in undecided])
-    for (i, _), ids in zip(undecided, encoded, strict=True):
-        has_content = classifier.has_content(ids)
-        out[i] = Screened(None, ids) if has_content else Screened(EMPTY_TEXT, None)
+    for (i, text), ids in zip(undecided, encoded, strict=True):
+        if not classifier.has_content(ids):
+            out[i] = out[i]._replace(verdict=EMPTY_TEXT)
+            continue
+        rows: tuple[TokenIds, ...] = (ids,)
+        spans: tuple[Span, ...] = ((0, len(text)),)
+        truncated = False
+        if len(ids) >= classifier.info.max_length:  # it may go on past one window
+            windows = reader.windows.windows(text)
+            if len(windows.ids) > 1:
+                rows, spans, truncated = tuple(windows.ids), windows.spans, windows.truncated
+        language = reader.language(text, spans)
+        out[i] = Screened(None, rows, spans, len(text), truncated, language)
     return out
 
 
-def on_scores(
-    classifier: Classifier, policy: Policy, row: Scores
-) -> tuple[Verdict, dict[str, float]]:
-    """The policy's verdict on one row of the model's scores, and the scores by label."""
-    named = classifier.as_dict(row)
-    return policy.decide(named), named
+def judge(reader: Reader, policy: Policy, screened: Screened, rows: Scores | None) -> Judged:
+    """The policy's decision on a screened text and its windows' scores (`[n_windows,
+    n_labels]`, or one row), or on the screen's own verdict when the model was not asked."""
+    whole = (0, screened.length)
+    if screened.verdict is not None or rows is None:
+        assert screened.verdict is not None, "a text the model must score needs its scores"
+        return Judged(screened.verdict, {}, whole)
+    rows = np.atleast_2d(rows)
+    best = np.argmax(rows, axis=0)
+    scores = rows[best, np.arange(rows.shape[1])]
+    named = reader.classifier.as_dict(scores)
+    verdict = policy.decide(named)
+    labels = reader.classifier.labels
+    acting = labels.index(verdict.reason) if verdict.reason in labels else int(np.argmax(scores))
+    span = screened.spans[int(best[acting])] if len(screened.spans) > 1 else whole
+    if screened.truncated and verdict.action == ALLOW:
+        verdict = Verdict(policy.review_action, TRUNCATED_REASON)
+    if screened.language is not None:
+        action = policy.unsupported_language
+        if policy.rank(action) > policy.rank(verdict.action):
+            verdict = Verdict(action, f"{UNSUPPORTED_LANGUAGE_REASON}:{screened.language}")
+    return Judged(verdict, named, span, screened.truncated, screened.language)
 
 
-def decide_texts(
-    classifier: Classifier, policy: Policy, texts: Sequence[str]
-) -> list[tuple[Verdict, dict[str, float]]]:
-    """Verdict and scores by label for each text (no scores when the model was not asked), the
-    texts the model must score run as one padded batch."""
-    screened = screen(classifier, [(policy, text) for text in texts])
-    asked = [i for i, s in enumerate(screened) if s.ids is not None]
-    rows = classifier.score_ids([ids for s in screened if (ids := s.ids) is not None])
-    by_index = dict(zip(asked, rows, strict=True))
-    out: list[tuple[Verdict, dict[str, float]]] = []
-    for i, s in enumerate(screened):
-        if s.verdict is not None:
-            out.append((s.verdict, {}))
-        else:
-            out.append(on_scores(classifier, policy, by_index[i]))
+def decide_texts(reader: Reader, policy: Policy, texts: Sequence[str]) -> list[Judged]:
+    """The decision on each text, the windows the model must score run as one padded batch."""
+    screened = screen(reader, [(policy, text) for text in texts])
+    rows = reader.classifier.score_ids([row for s in screened for row in s.rows])
+    out: list[Judged] = []
+    start = 0
+    for s in screened:
+        mine = rows[start : start + len(s.rows)] if s.rows else None
+        start += len(s.rows)
+        out.append(judge(reader, policy, s, mine))
     return out

@@ -10,6 +10,8 @@ from hypothesis import settings as hypothesis_settings
 
 from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.language import LanguageGate
+from moderator.verdicts import Reader
 
 # These machines are shared and noisy: Hypothesis must judge inputs, never wall-clock time.
 hypothesis_settings.register_profile(
@@ -29,3 +31,14 @@ def model_dir() -> Path:
 @pytest.fixture(scope="session")
 def classifier(model_dir: Path) -> Classifier:
     return Classifier(model_dir, threads=Settings().effective_threads)
+
+
+@pytest.fixture(scope="session")
+def gate() -> LanguageGate:
+    return LanguageGate()
+
+
+@pytest.fixture(scope="session")
+def reader(classifier: Classifier, gate: LanguageGate) -> Reader:
+    """How the service and `moderator score` read a message: windows and the language gate."""
+    return Reader(classifier, gate=gate)

@@ -49,12 +49,14 @@ TEXTS = [
 
 def assert_decision_schema(d: dict[str, Any], labels: tuple[str, ...]) -> None:
     """The outbound decision schema, field by field."""
-    assert set(d) == {
+    assert set(d) - {"language"} == {
         "message_id", "channel_id", "user_id", "action", "reason", "severity", "scores", "model",
-        "policy", "cached", "degraded", "latency_ms", "over_budget", "decided_at_ms",
+        "policy", "cached", "degraded", "latency_ms", "over_budget", "decided_at_ms", "span",
+        "truncated",
     }  # fmt: skip
     assert d["severity"] in (None, "low", "medium", "high")
-    assert (d["severity"] is None) == (d["action"] == "allow" or d["degraded"])
+    unread = (d["reason"] or "").startswith(("unsupported_language:", "truncated"))
+    assert (d["severity"] is None) == (d["action"] == "allow" or d["degraded"] or unread)
     for name in ("message_id", "channel_id", "user_id", "model", "policy"):
         assert isinstance(d[name], str)
         assert d[name]
@@ -149,6 +151,60 @@ async def test_empty_text_is_allowed_without_scoring(
     assert decision["action"] == "allow"
     assert decision["reason"] == "empty_text"
     assert decision["scores"] == {}
+
+
+FRIENDLY = [
+    "that last round was so close lol",
+    "anyone know when the next stream starts?",
+    "my cat just walked across the keyboard haha",
+    "gg everyone, see you tomorrow",
+    "the new patch made the sniper way better",
+    "brb getting some snacks",
+    "welcome to the chat, new folks!",
+    "that song in the background is a banger",
+]
+HOSTILE = "you are a worthless piece of shit, go die"
+
+
+async def test_a_long_message_is_read_whole_and_a_foreign_one_goes_to_review(
+    settings: Settings, moderator: Moderator, classifier: Classifier
+) -> None:
+    padding = " ".join(FRIENDLY * 3)
+    # The shipped model flags the line alone and padded with friendly chat inside one window:
+    # what is checked here is that it is read in the middle of a long message.
+    for alone in (HOSTILE, f"{' '.join(FRIENDLY[:3])} {HOSTILE} {' '.join(FRIENDLY[3:6])}"):
+        (ids,) = classifier.encode([alone])
+        assert len(ids) < classifier.info.max_length
+        scores = classifier.as_dict(classifier.score_ids([ids])[0])
+        assert Policy.load().decide(scores).action != "allow", alone
+    long = f"{padding} {HOSTILE} {padding}"
+    start = long.index(HOSTILE)
+    foreign = "eres un pedazo de mierda, te voy a encontrar"
+    await produce(settings.kafka_bootstrap, settings.in_topic, [chat(1, long), chat(2, foreign)])
+    records = await consume(settings.kafka_bootstrap, settings.out_topic, until=distinct_ids(2))
+    decisions = decisions_by_id(records)
+    for decision in decisions.values():
+        assert_decision_schema(decision, classifier.labels)
+    read = decisions["m-1"]
+    assert read["action"] != "allow"
+    assert read["reason"] in classifier.labels
+    span_start, span_end = read["span"]
+    assert span_start < start + len(HOSTILE), "the acting window holds the hostile line"
+    assert start < span_end, "the acting window holds the hostile line"
+    assert span_end - span_start < len(long)
+    assert read["truncated"] is False
+    assert "language" not in read
+    reviewed = decisions["m-2"]
+    assert reviewed["action"] == "review"
+    assert reviewed["reason"] == "unsupported_language:es"
+    assert reviewed["language"] == "es"
+    assert reviewed["span"] == [0, len(foreign)]
+    port = moderator.metrics_port
+    assert port is not None
+    assert await metric(port, 'moderator_unsupported_language_total{language="es"}') == 1
+    assert await metric(port, 'moderator_unsupported_language_total{language="de"}') == 0
+    assert await metric(port, "moderator_message_windows_count") == 2  # scored messages
+    assert await metric(port, "moderator_message_windows_sum") > 2  # the long one's windows
 
 
 MALFORMED: list[tuple[bytes, str]] = [

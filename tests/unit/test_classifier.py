@@ -22,6 +22,7 @@ from moderator.errors import ModelError
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
 from moderator.policy import DEFAULT_ACTIONS, Policy
+from moderator.verdicts import Reader
 
 
 def test_the_default_model_meets_the_contract(classifier: Classifier) -> None:
@@ -260,7 +261,9 @@ async def test_the_scoring_thread_is_named_for_the_os(classifier: Classifier) ->
     assert names.count(SCORER_THREAD_NAME) == 1
 
 
-def test_score_command_writes_one_decision_per_line_in_order(classifier: Classifier) -> None:
+def test_score_command_writes_one_decision_per_line_in_order(
+    classifier: Classifier, reader: Reader
+) -> None:
     lines = [
         '{"text": "gg wp", "message_id": "a"}\n',
         "not json\n",
@@ -269,7 +272,7 @@ def test_score_command_writes_one_decision_per_line_in_order(classifier: Classif
         '{"text": "I will find you and kill you"}\n',
     ]
     out = io.StringIO()
-    errors = decide_lines(lines, classifier, Policy.load(), out)
+    errors = decide_lines(lines, reader, Policy.load(), out)
     rows = [orjson.loads(line) for line in out.getvalue().splitlines()]
     assert errors == 2
     assert len(rows) == 5
@@ -279,6 +282,9 @@ def test_score_command_writes_one_decision_per_line_in_order(classifier: Classif
     assert rows[2]["reason"] == "empty_text"
     assert rows[3]["error"]["code"] == "missing_field"
     assert set(rows[4]["scores"]) == set(classifier.labels)
+    assert rows[4]["span"] == [0, len("I will find you and kill you")]
+    assert rows[4]["truncated"] is False
+    assert "language" not in rows[4]
 
 
 def test_warm_up_runs_each_shape_once_per_classifier(model_dir: Path) -> None:

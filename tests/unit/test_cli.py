@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+
+import orjson
 import pytest
 
 from moderator import __version__
@@ -20,6 +23,7 @@ from moderator.workers import SUPERVISED_FLAG, worker_argv
         ["run", "--kafka-bootstrap", "no-port"],
         ["run", "--model-dir", "/nonexistent"],
         ["score", "--model", "/nonexistent"],
+        ["score", "--max-windows", "0"],
     ],
 )
 def test_a_configuration_error_exits_78_naming_the_setting(
@@ -30,6 +34,18 @@ def test_a_configuration_error_exits_78_naming_the_setting(
     err = capsys.readouterr().err
     assert err.startswith("moderator: error: ")
     assert "MODERATOR_" in err or "/nonexistent" in err
+
+
+def test_score_reads_a_long_line_in_windows_up_to_max_windows(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    friendly = "hey everyone, hope you are all having a great day, the stream was fun. " * 40
+    monkeypatch.setattr("sys.stdin", io.StringIO(orjson.dumps({"text": friendly}).decode() + "\n"))
+    assert main(["score", "--max-windows", "2"]) == 0
+    row = orjson.loads(capsys.readouterr().out)
+    assert row["truncated"] is True
+    assert row["span"] != [0, len(friendly)]
+    assert row["action"] != "allow"  # unread text is never silently allowed
 
 
 def test_version_names_the_package_and_the_default_model(

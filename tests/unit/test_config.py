@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
-from moderator.config import DEFAULT_THREADS, Settings, available_cores
+from moderator.config import DEFAULT_THREADS, Settings, available_cores, settings_from_args
 from moderator.errors import ConfigError
+from moderator.windows import MAX_WINDOWS
 
 
 def test_defaults_match_the_design() -> None:
@@ -19,6 +21,7 @@ def test_defaults_match_the_design() -> None:
     assert s.threads == DEFAULT_THREADS
     assert s.budget_ms == 50
     assert s.metrics_port == 9108
+    assert s.max_windows == MAX_WINDOWS == 16
 
 
 def test_the_environment_is_read_and_flags_win() -> None:
@@ -27,6 +30,13 @@ def test_the_environment_is_read_and_flags_win() -> None:
     assert s.threads == 2
     assert s.budget_ms == 30.0
     assert s.redis_url == ""
+
+
+def test_max_windows_is_read_from_the_environment_and_the_flag() -> None:
+    s = Settings.from_env({"MODERATOR_MAX_WINDOWS": "4"})
+    assert s.max_windows == 4
+    args = argparse.Namespace(max_windows="2")
+    assert settings_from_args(args).max_windows == 2  # `--max-windows` wins over the variable
 
 
 def test_threads_are_capped_at_the_cores_we_may_use() -> None:
@@ -58,6 +68,7 @@ def test_the_threads_run_one_batch_each_unless_batch_threads_says_otherwise(
         ({"MODERATOR_OUT_TOPIC": "chat.messages"}, "MODERATOR_IN_TOPIC"),
         ({"MODERATOR_POLICY": "/nonexistent.toml"}, "MODERATOR_POLICY"),
         ({"MODERATOR_AUTO_OFFSET_RESET": "newest"}, "MODERATOR_AUTO_OFFSET_RESET"),
+        ({"MODERATOR_MAX_WINDOWS": "0"}, "MODERATOR_MAX_WINDOWS"),
     ],
 )
 def test_bad_settings_fail_naming_the_setting(env: dict[str, str], names: str) -> None:

@@ -84,7 +84,8 @@ def test_unseen_short_lines_are_not_in_the_corpus() -> None:
     unseen = read_unseen(corpus.UNSEEN_SHORT_FILE)
     assert len(unseen) >= 40
     assert all(len(t.split()) <= 4 for t, _, _ in unseen)
-    assert sum(1 for _, expected, _ in unseen if expected == "allow") >= 40
+    # Benign: allowed, or (three greetings in languages the model does not read) reviewed.
+    assert sum(1 for _, expected, _ in unseen if expected in ("allow", "review")) >= 40
     assert not {_key(t) for t, _, _ in unseen} & corpus_keys
 
 

@@ -13,7 +13,8 @@ from models import suite
 from models.suite import Case, Decision, Scorer
 from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
-from moderator.policy import Policy
+from moderator.language import LanguageGate
+from moderator.policy import Policy, Verdict
 
 WANTED_HATEFUL = {
     "threat_direct", "threat_normative", "dehumanisation", "derogation_implicit",
@@ -183,7 +184,16 @@ def test_our_model_is_judged_as_moderator_score_decides(shipped: tuple[Classifie
     texts = list({c.category: c.text for c in reversed(cases)}.values())  # one per category
     got = suite.runtime_judge(classifier, policy, batch=len(texts))(texts)
     scores = classifier.score_ids(classifier.encode(texts))  # the same single padded batch
-    assert got == [Decision(*policy.decide(classifier.as_dict(row))[:2]) for row in scores]
+    gate = LanguageGate()
+    expected = []
+    for text, row in zip(texts, scores, strict=True):
+        verdict = policy.decide(classifier.as_dict(row))
+        code = gate.detect(text)  # a language the model does not read goes to review
+        if code is not None and policy.rank("review") > policy.rank(verdict.action):
+            verdict = Verdict("review", f"unsupported_language:{code}")
+        expected.append(Decision(verdict.action, verdict.reason))
+    assert got == expected
+    assert any((d.reason or "").startswith("unsupported_language:") for d in got)
     assert suite.runtime_judge(classifier, policy)(["   "]) == [Decision("allow", "empty_text")]
     assert len(suite.runtime_judge(classifier, policy, batch=2)(texts)) == len(texts)
 

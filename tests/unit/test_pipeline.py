@@ -18,6 +18,7 @@ from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy import Policy
 from moderator.records import DLQ_ERROR_CODE
+from moderator.verdicts import Reader
 
 
 class Record(NamedTuple):
@@ -176,3 +177,62 @@ def test_any_budget_is_a_bucket_bound_of_the_end_to_end_histogram() -> None:
         "moderator_end_to_end_seconds_bucket", {"le": "0.035"}
     )
     assert bucket == 1
+
+
+LONG = (
+    (
+        "hey everyone, hope you are all having a great day, the stream was fun yesterday "
+        "and I loved the new song you played at the end. "
+    )
+    * 8
+    + "you are a worthless piece of shit, go die. "
+    + "gg, see you all tomorrow! " * 20
+)
+
+
+async def test_a_long_message_is_scored_window_by_window_and_cached_whole(
+    pipeline: Pipeline, reader: Reader
+) -> None:
+    windows = reader.windows.windows(LONG)
+    assert len(windows.ids) > 2
+    first = orjson.loads((await pipeline.process([message(0, LONG)]))[0].value or b"")
+    assert first["cached"] is False
+    assert first["span"] in [list(span) for span in windows.spans]
+    assert first["truncated"] is False
+    assert set(first["scores"]) == set(pipeline.classifier.labels)
+    sample = pipeline.metrics.registry.get_sample_value
+    assert sample("moderator_batch_size_sum") == len(windows.ids), "a row per window"
+    assert sample("moderator_message_windows_sum") == len(windows.ids)
+    again = orjson.loads((await pipeline.process([message(1, LONG)]))[0].value or b"")
+    assert again["cached"] is True
+    assert (again["span"], again["scores"], again["action"]) == (
+        first["span"],
+        first["scores"],
+        first["action"],
+    )
+    assert sample("moderator_batch_size_sum") == len(windows.ids), "the second came from the cache"
+
+
+async def test_an_unsupported_language_is_reviewed_and_counted(
+    classifier: Classifier, reader: Reader
+) -> None:
+    metrics = Metrics()
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics)
+    cache = ScoreCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)
+    await batcher.start()
+    try:
+        pipeline = Pipeline(classifier, Policy.load(), batcher, cache, metrics,
+                            max_record_bytes=65536, budget_ms=50, reader=reader)  # fmt: skip
+        sample = metrics.registry.get_sample_value
+        assert sample("moderator_unsupported_language_total", {"language": "de"}) == 0
+        outcomes = await pipeline.process(
+            [message(0, "eres un pedazo de mierda, te voy a encontrar")]
+        )
+    finally:
+        await batcher.stop()
+    decision = orjson.loads(outcomes[0].value or b"")
+    assert decision["action"] == "review"
+    assert decision["reason"] == "unsupported_language:es"
+    assert decision["language"] == "es"
+    assert sample("moderator_unsupported_language_total", {"language": "es"}) == 1
+    assert sample("moderator_unsupported_language_total", {"language": "de"}) == 0

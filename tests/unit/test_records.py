@@ -79,7 +79,7 @@ def test_the_decision_carries_the_design_schema() -> None:
         msg, action="nudge", reason="insult", severity="medium",
         scores={"insult": 0.712345, "threat": 0.01},
         model="chat-minilm@abc", policy="default@1", cached=True, degraded=False,
-        timing=Timing(1.23456, 2.5, 4.0), decided_at_ms=1060, over_budget=True,
+        timing=Timing(1.23456, 2.5, 4.0), decided_at_ms=1060, over_budget=True, span=(0, 2),
     )  # fmt: skip
     decision = orjson.loads(value)
     assert decision == {
@@ -87,8 +87,15 @@ def test_the_decision_carries_the_design_schema() -> None:
         "reason": "insult", "severity": "medium", "scores": {"insult": 0.7123, "threat": 0.01},
         "model": "chat-minilm@abc", "policy": "default@1", "cached": True, "degraded": False,
         "latency_ms": {"queue": 1.235, "score": 2.5, "total": 4.0}, "over_budget": True,
-        "decided_at_ms": 1060,
+        "decided_at_ms": 1060, "span": [0, 2], "truncated": False,
     }  # fmt: skip
+    foreign = encode_decision(
+        msg, action="review", reason="unsupported_language:es", scores={}, model="m@1",
+        policy="p@1", cached=False, degraded=False, timing=Timing(1, 2, 3), decided_at_ms=1,
+        over_budget=False, span=(0, 2), truncated=True, language="es",
+    )  # fmt: skip
+    assert orjson.loads(foreign)["language"] == "es"  # only when the gate named one
+    assert orjson.loads(foreign)["truncated"] is True
 
 
 def test_a_record_exactly_at_the_size_limit_parses_and_one_byte_over_is_too_large() -> None:
@@ -180,5 +187,5 @@ def test_latencies_are_rounded_to_the_microsecond() -> None:
     msg = parse(good())
     raw = encode_decision(msg, action="allow", reason=None, scores={}, model="m@1", policy="p@1",
                           cached=False, degraded=False, timing=Timing(1.23456, 2.34567, 3.45678),
-                          decided_at_ms=1, over_budget=False)  # fmt: skip
+                          decided_at_ms=1, over_budget=False, span=(0, 1))  # fmt: skip
     assert orjson.loads(raw)["latency_ms"] == {"queue": 1.235, "score": 2.346, "total": 3.457}

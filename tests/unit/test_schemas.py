@@ -21,6 +21,7 @@ def decision(**overrides: Any) -> dict[str, Any]:
         action="block", reason="insult", scores={"toxicity": 0.97, "insult": 0.991234},
         model="chat-minilm@7359ab", policy="default@4", cached=False, degraded=False,
         timing=Timing(1.25, 3.5, 5.0), decided_at_ms=1732240000005, over_budget=False,
+        span=(0, 2),
     )  # fmt: skip
     fields.update(overrides)
     return dict(orjson.loads(encode_decision(MSG, **fields)))
@@ -36,6 +37,8 @@ def test_the_encoded_decision_matches_its_schema() -> None:
     check_decision(decision(action="allow", reason=None, cached=True))
     check_decision(decision(scores={}, degraded=True, reason="overload", action="allow"))
     check_decision(decision(scores={}, reason="empty_text", action="allow"))
+    check_decision(decision(action="review", reason="truncated", span=(700, 1210), truncated=True))
+    check_decision(decision(action="review", reason="unsupported_language:de", language="de"))
 
 
 def test_every_default_action_is_in_the_decision_schema() -> None:
@@ -46,7 +49,16 @@ def test_every_default_action_is_in_the_decision_schema() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("action", "ban"), ("cached", "no"), ("model", "chat-minilm"), ("scores", {"insult": 1.5})],
+    [
+        ("action", "ban"),
+        ("cached", "no"),
+        ("model", "chat-minilm"),
+        ("scores", {"insult": 1.5}),
+        ("span", [3]),
+        ("span", [-1, 4]),
+        ("truncated", None),
+        ("language", "German"),
+    ],
 )
 def test_the_decision_schema_rejects_what_consumers_could_not_read(field: str, value: Any) -> None:
     bad = decision()
@@ -58,6 +70,8 @@ def test_the_decision_schema_rejects_what_consumers_could_not_read(field: str, v
 def test_the_decision_schema_names_every_field_the_code_writes() -> None:
     written = set(decision())
     assert written == set(validator("decision").schema["required"])
+    optional = set(decision(language="de")) - written
+    assert optional == set(validator("decision").schema["properties"]) - written == {"language"}
     extra = decision()
     extra["surprise"] = 1
     with pytest.raises(jsonschema.ValidationError):

@@ -131,7 +131,7 @@ def test_a_match_spans_the_original_text() -> None:
 
 
 def test_without_allowed_cuts_the_phrase_out_and_keeps_the_rest() -> None:
-    assert MATCHER.without_allowed("we love Kill La Kill, ok") == "we love  , ok"
+    assert MATCHER.without_allowed("we love Kill La Kill, ok") == "we love             , ok"
     text = "nothing allowed here"
     assert MATCHER.without_allowed(text) is text
     plain = TermMatcher(DENY)
