@@ -127,6 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 2
+    if args.plot is not None:
+        from loadgen.plot import unavailable
+
+        if (why := unavailable()) is not None:
+            print(f"loadgen: {why}", file=sys.stderr)
+            return 2
     progress = None if args.quiet else print_progress
     try:
         if args.find_max:
