@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from models.commands import EXTRA_HINT, WITHOUT_EXTRA, missing_extra_modules
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "build" / "chat-minilm"
 NAME = "chat-minilm"
 
@@ -324,6 +326,13 @@ def _quiet_transformers() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.command not in WITHOUT_EXTRA and (missing := missing_extra_modules()):
+        print(
+            f"moderator model {args.command} needs the model extra (missing: "
+            f"{', '.join(missing)}): {EXTRA_HINT}",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # onnxruntime's quantizer logs on the root logger (every tensor at INFO, and a generic
     # "consider pre-processing" WARNING on every call); keep our own warnings.

