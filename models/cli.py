@@ -194,7 +194,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     model_dir: Path = args.model
     if not (model_dir / "manifest.json").is_file():
-        _say(f"no model at {model_dir}; run `python -m models build` first")
+        _say(f"no model at {model_dir}; run `make model` first (it builds and evaluates one)")
         return 2
     _say(f"evaluating {model_dir}")
     metrics = evaluate.run(model_dir, report=args.report)

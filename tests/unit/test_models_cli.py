@@ -42,3 +42,10 @@ def test_ship_needs_no_model_extra(
     out, err = capsys.readouterr()
     assert "needs the model extra" not in err
     assert f"ship: error: {tmp_path}: missing" in out
+
+
+def test_evaluate_without_a_built_model_suggests_make_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert models_cli.main(["evaluate", "--model", str(tmp_path)]) == 2
+    assert f"no model at {tmp_path}; run `make model` first" in capsys.readouterr().out
