@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
@@ -25,9 +25,11 @@ from moderator.config import (
     add_setting_flags,
     settings_from_args,
 )
-from moderator.errors import ConfigError, ModeratorError
+from moderator.errors import ConfigError, InvalidRecord, ModeratorError
 from moderator.logs import LOG_FORMATS, LOG_LEVELS, log_settings
 from moderator.policy import Policy, read_spec
+from moderator.progress import Progress
+from moderator.records import json_type, required_string
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator, reader_for
 from moderator.topics import ensure_topics
@@ -287,38 +289,77 @@ def _cmd_score(args: argparse.Namespace) -> int:
     policy = Policy.load(settings.policy)
     policy.check_labels(classifier.labels)
     failures = 0
-    for chunk in _chunks(sys.stdin, max(args.batch, 1)):
-        failures += decide_lines(chunk, reader, policy, sys.stdout)
+    progress = Progress(sys.stderr, sys.stdin)
+    for first_line, chunk in _chunks(sys.stdin, max(args.batch, 1)):
+        failures += decide_lines(chunk, reader, policy, sys.stdout, first_line=first_line)
+        progress.update(len(chunk), sum(len(line.encode()) for line in chunk))
+    progress.close()
+    if failures:
+        print(
+            f"moderator: {failures} line(s) not decided (their 'error' on stdout names the "
+            f"line); the input is {SCORE_INPUT}",
+            file=sys.stderr,
+        )
     return 1 if failures else 0
 
 
-def _chunks(stream: IO[str], size: int) -> Iterator[list[str]]:
+def _chunks(stream: IO[str], size: int) -> Iterator[tuple[int, list[str]]]:
+    """Runs of consecutive lines holding `size` non-blank ones (the last may hold fewer), each
+    with the number of its first line, so that errors can name their line."""
     chunk: list[str] = []
-    for line in stream:
-        if line.strip():
-            chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+    first = kept = 0
+    for number, line in enumerate(stream, 1):
+        first = first or number
+        chunk.append(line)
+        kept += bool(line.strip())
+        if kept == size:
+            yield first, chunk
+            chunk, first, kept = [], 0, 0
+    if kept:
+        yield first, chunk
 
 
-def decide_lines(lines: list[str], reader: Reader, policy: Policy, out: IO[str]) -> int:
-    """Write one decision (or one error) per JSON line, in order; return the error count."""
+# What `moderator score` reads, said in its help and in every input error.
+SCORE_INPUT = 'one JSON object per line with a string field "text", e.g. {"text": "gg wp"}'
+
+
+def score_input(line: str) -> dict[str, Any]:
+    """One input line of `moderator score` as a JSON object with a string `text`, or
+    InvalidRecord with the code a dead letter would get (records.py) and what was expected."""
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        why = f"not JSON ({exc.msg} at column {exc.colno})"
+        raise InvalidRecord("invalid_json", f"{why}; expected {SCORE_INPUT}") from None
+    if not isinstance(data, dict):
+        why = f"JSON {json_type(data)}, not an object"
+        raise InvalidRecord("not_object", f"{why}; expected {SCORE_INPUT}")
+    try:
+        required_string(data, "text")
+    except InvalidRecord as exc:
+        raise InvalidRecord(exc.code, f"{exc.message}; expected {SCORE_INPUT}") from None
+    return data
+
+
+def decide_lines(
+    lines: list[str], reader: Reader, policy: Policy, out: IO[str], *, first_line: int = 1
+) -> int:
+    """Write one decision (or one error naming its line number) per non-blank line, in order;
+    return the error count. `lines` are consecutive input lines from number `first_line`."""
     rows: list[dict[str, object]] = []
     texts: list[str] = []
-    for line in lines:
+    for number, line in enumerate(lines, first_line):
+        if not line.strip():
+            continue
         try:
-            data = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            rows.append({"error": {"code": "invalid_json", "message": str(exc)}})
+            data = score_input(line)
+        except InvalidRecord as exc:
+            message = f"line {number}: {exc.message}"
+            rows.append({"line": number, "error": {"code": exc.code, "message": message}})
             continue
-        if not isinstance(data, dict) or not isinstance(data.get("text"), str):
-            message = "each line must be a JSON object with a string field 'text'"
-            rows.append({"error": {"code": "missing_field", "message": message}})
-            continue
-        row = {k: data[k] for k in ("message_id", "channel_id", "user_id") if k in data}
+        row: dict[str, object] = {
+            k: data[k] for k in ("message_id", "channel_id", "user_id") if k in data
+        }
         row["text"] = data["text"]
         rows.append(row)
         texts.append(data["text"])
