@@ -251,12 +251,14 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     if not settings.policy_topic:
         raise ConfigError("MODERATOR_POLICY_TOPIC is empty: there is no policies topic")
     topic, kafka = settings.policy_topic, settings.kafka_options()
+    state = loop.run(policy_admin.read_state(kafka, topic, Policy.load(settings.policy)))
     if args.action == "delete":
+        if args.channel not in state.live.keys() | state.refused.keys():
+            say(f"{topic}: {args.channel} has no policy, nothing removed (the default applies)")
+            return 0
         loop.run(policy_admin.write(kafka, topic, args.channel, None))
         say(f"{topic}: {args.channel} removed (the default applies)")
-        return 0
-    state = loop.run(policy_admin.read_state(kafka, topic, Policy.load(settings.policy)))
-    if args.action == "put":
+    elif args.action == "put":
         spec = read_spec(args.file)
         below = state.book.base if args.channel == DEFAULT_KEY else state.book.default
         checked = layered(below.spec, spec, str(args.file))
@@ -268,8 +270,12 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             return 1
         print(orjson.dumps(state.live[args.channel], option=orjson.OPT_INDENT_2).decode())
     else:  # list: what the moderators make of each key's last record
-        for key in sorted(state.live.keys() | state.refused.keys()):
+        keys = sorted(state.live.keys() | state.refused.keys())
+        for key in keys:
             print(f"{key}\t{state.listed(key)}")
+        if not keys:  # on stderr: stdout stays one line per policy for scripts
+            print(f"no policies on {topic}: every channel gets {state.book.default.ident}",
+                  file=sys.stderr)  # fmt: skip
     return 0
 
 

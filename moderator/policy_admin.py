@@ -58,7 +58,6 @@ async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy)
     consumer = AIOKafkaConsumer(
         **kafka_options, group_id=None, enable_auto_commit=False, client_id="moderator-policy-cli"
     )
-    await start_client(consumer, kafka_options, "reading the policies")
     state = TopicState(PolicyBook(base))
 
     def keep(r: ConsumerRecord[bytes, bytes]) -> None:
@@ -75,7 +74,8 @@ async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy)
         except PolicyError as exc:
             state.refused[key] = str(exc)
 
-    try:
+    try:  # closed on every path: a failed start too ("Unclosed AIOKafkaConsumer" otherwise)
+        await start_client(consumer, kafka_options, "reading the policies")
         await read_to_end(consumer, topic, keep)
         return state
     finally:
@@ -88,8 +88,8 @@ async def write(
     """Publish `spec` for `key` (None: a tombstone), acknowledged by every in-sync replica."""
     await ensure_topics(kafka_options, {topic: 1}, configs={topic: TOPIC_CONFIG})
     producer = AIOKafkaProducer(**kafka_options, acks="all", client_id="moderator-policy-cli")
-    await start_client(producer, kafka_options, "publishing the policy")
     try:
+        await start_client(producer, kafka_options, "publishing the policy")
         value = None if spec is None else orjson.dumps(spec)
         await producer.send_and_wait(topic, value, key=key.encode())
     finally:
