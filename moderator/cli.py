@@ -9,10 +9,11 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 
@@ -41,6 +42,8 @@ log = logging.getLogger("moderator")
 # `dev` and `demo` (devstack, the embedded broker) and `model` (models, torch). The runtime never
 # imports them; each entry point is a function that adds its subcommands to the parser.
 COMMANDS = "moderator.commands"
+# What `moderator score` reads, said in its help and in every input error.
+SCORE_INPUT = 'one JSON object per line with a string field "text", e.g. {"text": "gg wp"}'
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,9 +74,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+# How to reach Kafka. Each `moderator policy` command reads these and the policies topic; `put`
+# and `list` judge policies over the policy file; `put` and `delete` create the topic when it
+# is missing, so topic-creation settings apply to them (a name that is no setting is skipped).
+KAFKA_CONNECTION = ("kafka_bootstrap", "kafka_security_protocol", "kafka_sasl_mechanism",
+                    "kafka_sasl_username", "kafka_sasl_password", "kafka_ssl_cafile",
+                    "kafka_ssl_certfile", "kafka_ssl_keyfile")  # fmt: skip
+POLICY_SETTINGS = {
+    "put": (*KAFKA_CONNECTION, "policy_topic", "policy", "topic_replication"),
+    "get": (*KAFKA_CONNECTION, "policy_topic"),
+    "delete": (*KAFKA_CONNECTION, "policy_topic", "topic_replication"),
+    "list": (*KAFKA_CONNECTION, "policy_topic", "policy"),
+}
+CHANNEL_HELP = "a channel id, or * for the default of every channel (quote it: '*')"
+
+
+def command(
+    sub: argparse._SubParsersAction[Any],
+    name: str,
+    help_text: str,
+    examples: str,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with `examples` (lines kept as written)."""
+    return cast(
+        argparse.ArgumentParser,
+        sub.add_parser(
+            name,
+            help=help_text,
+            description=description or help_text,
+            epilog="examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        ),
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="moderator", description="Real-time chat moderation: Kafka in, decisions out."
+        prog="moderator",
+        description="Real-time chat moderation: Kafka in, decisions out.",
+        epilog="""examples:
+  moderator dev                                  # a broker, Redis and the moderator, here
+  moderator run --kafka-bootstrap kafka:9092     # against your Kafka and Redis
+  echo '{"text": "gg wp"}' | moderator score     # decide lines without Kafka
+  moderator policy list                          # per-channel policies in effect
+  moderator COMMAND --help                       # a command's options and examples""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     log_flags(parser)
@@ -82,7 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="the processor, against any Kafka and Redis")
+    run = command(sub, "run", "the processor, against any Kafka and Redis", """
+        moderator run --kafka-bootstrap kafka-1:9092,kafka-2:9092 --redis-url redis://cache:6379/0
+        MODERATOR_KAFKA_BOOTSTRAP=kafka:9092 moderator run --create-topics
+        moderator run --workers 4 --threads 1    # 4 processes in one group, one core each
+    """)  # fmt: skip
     add_setting_flags(run)
     run.add_argument("--create-topics", action="store_true", help="create missing topics first")
     run.add_argument("--partitions", type=int, default=4, help="partitions of created topics")
@@ -93,7 +143,19 @@ def _parser() -> argparse.ArgumentParser:
     log_flags(run, argparse.SUPPRESS)
     run.set_defaults(command=_cmd_run)
 
-    score = sub.add_parser("score", help="JSON lines with `text` on stdin, decisions on stdout")
+    score = command(sub, "score", "JSON lines with `text` on stdin, decisions on stdout", """
+        echo '{"text": "gg wp, that clutch was insane"}' | moderator score
+        moderator score < chat.jsonl > decisions.jsonl
+        moderator score --policy my-policy.toml --max-windows 4 < chat.jsonl
+    """, description=f"""\
+Decide chat lines without Kafka or Redis, with the model and policy `run` would use.
+
+input (stdin): {SCORE_INPUT}.
+  message_id, channel_id and user_id are copied to the output; blank lines are skipped.
+output (stdout): one decision per input line, in order (action, reason, severity, scores,
+  model, policy, span, truncated, language). A line that is not such an object gets
+  {{"line": N, "error": {{"code": ..., "message": ...}}}} instead, and the exit code is 1.
+On a terminal, stderr shows a progress bar; piped or redirected, nothing.""")  # fmt: skip
     score.add_argument("--model", type=Path, default=None, help="model directory")
     score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
     score.add_argument("--threads", type=int, default=None, help="intra-op threads")
@@ -107,26 +169,44 @@ def _parser() -> argparse.ArgumentParser:
     log_flags(score, argparse.SUPPRESS)
     score.set_defaults(command=_cmd_score)
 
-    pol = sub.add_parser("policy", help="per-channel policies on the policies topic")
+    pol = command(sub, "policy", "per-channel policies on the policies topic", """
+        moderator policy put speedrun speedrun.json
+        moderator policy put '*' house-default.toml
+        moderator policy list
+        moderator policy get speedrun
+        moderator policy delete speedrun
+    """)  # fmt: skip
     pol_sub = pol.add_subparsers(required=True, metavar="ACTION")
-    for name, help_text, args_ in (
+    for name, help_text, args_, examples in (
         (
             "put",
-            "publish a policy file (TOML or JSON) for CHANNEL (* = the default)",
+            "validate a policy file (TOML or JSON) over the default in effect, then publish it "
+            "for CHANNEL",
             ("channel", "file"),
+            "moderator policy put speedrun speedrun.json\nmoderator policy put '*' default.toml",
         ),
-        ("get", "print CHANNEL's policy as JSON", ("channel",)),
+        ("get", "print CHANNEL's policy, as written, as JSON", ("channel",),
+         "moderator policy get speedrun"),
         (
             "delete",
             "remove CHANNEL's policy (a tombstone): the default applies again",
             ("channel",),
+            "moderator policy delete speedrun",
         ),
-        ("list", "every channel with a policy, and its name@version", ()),
-    ):
-        cmd = pol_sub.add_parser(name, help=help_text)
+        (
+            "list",
+            "every channel with a policy, and the name@version that decides it",
+            (),
+            "moderator policy list\nmoderator policy list --kafka-bootstrap kafka:9092",
+        ),
+    ):  # fmt: skip
+        cmd = command(pol_sub, name, help_text, examples)
         for arg in args_:
-            cmd.add_argument(arg, type=Path if arg == "file" else str)
-        add_setting_flags(cmd)
+            if arg == "file":
+                cmd.add_argument(arg, type=Path, help="the policy, a TOML or JSON file")
+            else:
+                cmd.add_argument(arg, help=CHANNEL_HELP)
+        add_setting_flags(cmd, POLICY_SETTINGS[name])
         log_flags(cmd, argparse.SUPPRESS)
         cmd.set_defaults(command=_cmd_policy, action=name)
 
@@ -323,10 +403,6 @@ def _chunks(stream: IO[str], size: int) -> Iterator[tuple[int, list[str]]]:
             chunk, first, kept = [], 0, 0
     if kept:
         yield first, chunk
-
-
-# What `moderator score` reads, said in its help and in every input error.
-SCORE_INPUT = 'one JSON object per line with a string field "text", e.g. {"text": "gg wp"}'
 
 
 def score_input(line: str) -> dict[str, Any]:

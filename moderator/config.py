@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -327,10 +327,19 @@ def _convert(f: dataclasses.Field[Any], raw: Any, env_name: str) -> Any:
         raise ConfigError(f"{env_name}: {raw!r} is not a valid {name}") from None
 
 
-def add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    """One `--flag` per setting, each defaulting to 'not given' so the environment applies."""
+def add_setting_flags(
+    parser: argparse.ArgumentParser,
+    only: Collection[str] | None = None,
+    *,
+    exclude: Collection[str] = (),
+) -> None:
+    """One `--flag` per setting (or per setting named in `only`, less `exclude`: a command
+    offers only the settings it reads), each defaulting to 'not given' so the environment
+    applies."""
     group = parser.add_argument_group("settings (each also read from MODERATOR_<NAME>)")
     for f in dataclasses.fields(Settings):
+        if (only is not None and f.name not in only) or f.name in exclude:
+            continue
         flag = "--" + f.name.replace("_", "-")
         env_name = ENV_PREFIX + f.name.upper()
         group.add_argument(
@@ -342,9 +351,11 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
+def settings_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None, **extra: Any
+) -> Settings:
     overrides = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(Settings) if hasattr(args, f.name)
     }
     overrides.update({k: v for k, v in extra.items() if v is not None})
-    return Settings.from_env(**overrides)
+    return Settings.from_env(environ, **overrides)
