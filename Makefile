@@ -79,9 +79,11 @@ alerts: promtool  ## promtool: the alert rules parse, and their unit tests pass
 # deploy/ checked offline (no container engine, no cluster): the Dockerfile, every YAML file, the
 # compose file against the compose specification, Prometheus' config, the kustomize base and each
 # overlay rendered by kubectl and checked against Kubernetes' schemas (--strict) and, for the KEDA
-# and Prometheus Operator resources, their CRDs' (deploy/crd-check, pinned by its lockfile).
+# and Prometheus Operator resources, their CRDs' (deploy/crd-check, pinned by its lockfile). No
+# registry package carries Strimzi's CRDs: its KafkaTopic and KafkaUser (deploy/k8s/strimzi) are
+# checked by tests/unit/test_deploy_files.py against the production overlay and the code instead.
 DEPLOY_OUT := build/deploy
-CRD_KINDS := kind (ScaledObject|TriggerAuthentication) with api version keda.sh/v1alpha1|kind ServiceMonitor with api version monitoring.coreos.com/v1
+CRD_KINDS := kind (ScaledObject|TriggerAuthentication) with api version keda.sh/v1alpha1|kind (ServiceMonitor|PrometheusRule) with api version monitoring.coreos.com/v1|kind (KafkaTopic|KafkaUser) with api version kafka.strimzi.io/v1beta2
 
 deploy/crd-check/node_modules/.installed: deploy/crd-check/package.json deploy/crd-check/package-lock.json
 	@command -v npm >/dev/null || { echo "make manifests needs node and npm (the CRD check)"; exit 2; }
@@ -95,7 +97,7 @@ manifests: $(VENV)/.extras-$(TEST_EXTRAS) promtool deploy/crd-check/node_modules
 	promtool check config deploy/prometheus.yml
 	$(PY) -m json.tool deploy/grafana/dashboards/moderator.json >/dev/null
 	@rm -rf $(DEPLOY_OUT) && mkdir -p $(DEPLOY_OUT)
-	@for dir in deploy/k8s/base deploy/k8s/overlays/*/; do \
+	@for dir in deploy/k8s/base deploy/k8s/overlays/*/ deploy/k8s/strimzi deploy/k8s/dev-services; do \
 	  out=$(DEPLOY_OUT)/$$(basename $$dir).yaml; echo "kubectl kustomize $$dir > $$out"; \
 	  $(BIN)/kubectl kustomize $$dir > $$out || exit 1; done
 	$(BIN)/kubernetes-validate --strict --quiet $(DEPLOY_OUT)/*.yaml deploy/k8s/base/secret.example.yaml \

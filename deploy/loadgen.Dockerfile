@@ -5,7 +5,7 @@
 #
 #   docker build -f deploy/loadgen.Dockerfile -t chat-moderator-loadgen:0.1.0 .   (repository root)
 #   docker run --rm chat-moderator-loadgen:0.1.0 --bootstrap kafka:9092 --rate 200 --duration 60
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 # -- build: a virtualenv with both distributions and their pinned dependencies ------------------
 FROM ${PYTHON_IMAGE} AS build

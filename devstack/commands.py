@@ -35,7 +35,8 @@ are not offered, and their MODERATOR_* variables are ignored; every other settin
 `moderator run` applies.""")  # fmt: skip
     dev.add_argument("--kafka-port", type=int, default=9092, help="the broker's port (9092)")
     dev.add_argument("--redis-port", type=int, default=6379, help="Redis's port (6379)")
-    dev.add_argument("--partitions", type=int, default=4, help="partitions of the topics")
+    # The old spelling of --topic-partitions, as `run` has it.
+    dev.add_argument("--partitions", type=int, dest="topic_partitions", help=argparse.SUPPRESS)
     add_setting_flags(dev, exclude=EMBEDDED)
     log_flags(dev, argparse.SUPPRESS)
     dev.set_defaults(command=run_dev)
@@ -67,7 +68,7 @@ def run_dev(args: argparse.Namespace) -> int:
         redis = stack.enter_context(EmbeddedRedis(args.redis_port))
         say(f"redis    {redis.url}")
         settings = base.replace(kafka_bootstrap=kafka.bootstrap, redis_url=redis.url)
-        return loop.run(serve(settings, topic_partitions(settings, args.partitions)))
+        return loop.run(serve(settings, topic_partitions(settings, settings.topic_partitions)))
 
 
 def dev_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:

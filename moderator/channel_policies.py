@@ -118,9 +118,15 @@ class PolicyFeed:
     """Keeps a PolicyBook in step with the policies topic. `start()` returns once caught up."""
 
     def __init__(
-        self, book: PolicyBook, topic: str, kafka_options: Mapping[str, Any], metrics: Metrics
+        self,
+        book: PolicyBook,
+        topic: str,
+        kafka_options: Mapping[str, Any],
+        metrics: Metrics,
+        replication: int = 1,
     ) -> None:
         self.book = book
+        self.replication = replication
         self.topic = topic
         self.options = dict(kafka_options)
         self.metrics = metrics
@@ -130,7 +136,12 @@ class PolicyFeed:
     async def start(self) -> None:
         """Create the topic if missing, read it to its end offsets, then follow it."""
         try:
-            await ensure_topics(self.options, {self.topic: 1}, configs={self.topic: TOPIC_CONFIG})
+            await ensure_topics(
+                self.options,
+                {self.topic: 1},
+                configs={self.topic: TOPIC_CONFIG},
+                replication=self.replication,
+            )
         except KafkaError as exc:  # not allowed to create topics: it may exist all the same
             log.warning("could not make sure the policies topic %s exists: %r", self.topic, exc)
         self._consumer = consumer = AIOKafkaConsumer(
@@ -220,11 +231,12 @@ async def follow_policies(
     topic: str,
     kafka_options: Mapping[str, Any],
     metrics: Metrics,
+    replication: int = 1,
 ) -> PolicyFeed | None:
     """Unless `topic` is empty (no policies topic), the feed of per-channel policies into `book`,
     already caught up with its topic (its owner watches `feed.task`)."""
     if not topic:
         return None
-    feed = PolicyFeed(book, topic, kafka_options, metrics)
+    feed = PolicyFeed(book, topic, kafka_options, metrics, replication)
     await feed.start()
     return feed

@@ -135,7 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     """)  # fmt: skip
     add_setting_flags(run)
     run.add_argument("--create-topics", action="store_true", help="create missing topics first")
-    run.add_argument("--partitions", type=int, default=4, help="partitions of created topics")
+    # The old spelling of --topic-partitions (MODERATOR_TOPIC_PARTITIONS), still accepted.
+    run.add_argument("--partitions", type=int, dest="topic_partitions", help=argparse.SUPPRESS)
     run.add_argument(
         "--workers", type=int, default=1, help="processes in the group, pinned to disjoint cores"
     )
@@ -252,12 +253,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     protect(settings.secrets())
     settings.check_model_dir()
-    topics = topic_partitions(settings, args.partitions) if args.create_topics else None
+    topics = topic_partitions(settings, settings.topic_partitions) if args.create_topics else None
     if args.workers > 1:
         from moderator.workers import run_workers
 
         if topics:
-            loop.run(ensure_topics(settings.kafka_options(), topics))
+            loop.run(create_topics(settings, topics))
         argv = args.argv[args.argv.index("run") + 1 :]
         return run_workers(
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
@@ -274,6 +275,10 @@ def say(line: str) -> None:
         print(line, flush=True)
 
 
+async def create_topics(settings: Settings, topics: dict[str, int]) -> None:
+    await ensure_topics(settings.kafka_options(), topics, replication=settings.topic_replication)
+
+
 def topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
     return {settings.in_topic: partitions, settings.out_topic: partitions, settings.dlq_topic: 1}
 
@@ -288,7 +293,7 @@ async def serve(
     """
     if topics:
         say(f"creating topics {', '.join(topics)} (if missing) …")
-        await ensure_topics(settings.kafka_options(), topics)
+        await create_topics(settings, topics)
     info = ModelInfo.load(settings.model_dir)
     say(f"loading model {info.ident} (sha256 {info.sha256[:12]}…) from {settings.model_dir} …")
     moderator = Moderator(settings)
@@ -336,13 +341,13 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         if args.channel not in state.live.keys() | state.refused.keys():
             say(f"{topic}: {args.channel} has no policy, nothing removed (the default applies)")
             return 0
-        loop.run(policy_admin.write(kafka, topic, args.channel, None))
+        loop.run(policy_admin.write(kafka, topic, args.channel, None, settings.topic_replication))
         say(f"{topic}: {args.channel} removed (the default applies)")
     elif args.action == "put":
         spec = read_spec(args.file)
         below = state.book.base if args.channel == DEFAULT_KEY else state.book.default
         checked = layered(below.spec, spec, str(args.file))
-        loop.run(policy_admin.write(kafka, topic, args.channel, spec))
+        loop.run(policy_admin.write(kafka, topic, args.channel, spec, settings.topic_replication))
         say(f"{topic}: {args.channel} → {checked.ident}")
     elif args.action == "get":
         if args.channel not in state.live:

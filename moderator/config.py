@@ -72,6 +72,8 @@ HELP = {
     "(shorter: faster take-over after a crash; too short: needless rebalances)",
     "publish_attempts": "refusals of a record (INVALID_RECORD, too large), sent alone while its "
     "topic takes others, before it is diverted to the dead-letter topic; 0: re-send forever",
+    "topic_partitions": "partitions of the in and out topics --create-topics makes (DLQ: 1)",
+    "topic_replication": "replicas of each topic the moderator creates (policies, --create-topics)",
     "kafka_security_protocol": "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
     "kafka_sasl_mechanism": "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 (with SASL_*)",
     "kafka_sasl_username": "SASL user name",
@@ -115,6 +117,8 @@ class Settings:
     shutdown_timeout_s: float = 15.0
     session_timeout_ms: int = 6_000  # the least a stock Kafka broker accepts
     publish_attempts: int = 5
+    topic_partitions: int = 4
+    topic_replication: int = 1
     kafka_security_protocol: str = "PLAINTEXT"
     kafka_sasl_mechanism: str = "PLAIN"
     kafka_sasl_username: str = ""
@@ -144,19 +148,10 @@ class Settings:
             raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
         if self.redis_url:
             self._check_redis_url(bad)
-        positive = (
-            "threads",
-            "batch_threads",
-            "budget_ms",
-            "max_batch",
-            "max_in_flight",
-            "max_windows",
-            "max_record_bytes",
-            "cache_ttl_s",
-            "redis_timeout_ms",
-            "commit_interval_s",
-            "shutdown_timeout_s",
-        )
+        positive = ("threads", "batch_threads", "budget_ms", "max_batch", "max_in_flight",
+                    "max_windows", "max_record_bytes", "cache_ttl_s", "redis_timeout_ms",
+                    "commit_interval_s", "shutdown_timeout_s", "topic_partitions",
+                    "topic_replication")  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,10 +16,14 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
     Info,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
+from prometheus_client.metrics import MetricWrapperBase
 
 from moderator.errors import ListenError
 
@@ -35,6 +41,31 @@ END_TO_END_BUCKETS_S = (
     *(0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0),
     *(2.5, 5.0, 10.0, 30.0, 60.0),
 )
+
+# Every value each labelled metric can take, so its series exist at 0 from the start: a series
+# born at 1 has no increase() to see, and an alert on it stays silent on the first event.
+# Policies may name more actions than these defaults; those series appear when first counted.
+DEFAULT_ACTIONS = ("allow", "nudge", "review", "block")  # moderator/policy.py DEFAULT_ACTIONS
+DEAD_LETTER_REASONS = (  # moderator/schemas/dead-letter-headers.schema.json's enum
+    *("empty_value", "too_large", "not_utf8", "invalid_json", "not_object"),
+    *("missing_field", "wrong_type", "empty_field", "publish_failed"),
+)
+CACHE_LOOKUPS = (("l1", "hit"), ("l1", "miss"), ("redis", "hit"), ("redis", "miss"),
+                 ("inflight", "hit"))  # fmt: skip
+STAGES = ("queue", "score", "total")
+REFUSED_OUTCOMES = ("decision", "dead_letter", "receipt")
+COMMIT_RESULTS = ("ok", "failed")
+POLICY_RESULTS = ("applied", "removed", "rejected")
+
+# Liveness: the event loop stamps a heartbeat this often; /healthz fails once the stamp is older
+# than the bound (a loop blocked that long serves nothing; a model batch runs off the loop).
+HEARTBEAT_EVERY_S = 1.0
+HEARTBEAT_STALE_S = 10.0
+
+
+def _precreate(metric: MetricWrapperBase, *values: str | tuple[str, ...]) -> None:
+    for value in values:
+        metric.labels(*((value,) if isinstance(value, str) else value))
 
 
 class Metrics:
@@ -119,6 +150,19 @@ class Metrics:
         )
         self.policies = gauge("channel_policies", "Channels with a policy of their own")
         self.model = Info("model", "The model being served", namespace=NAMESPACE, registry=r)
+        # process_* (memory, CPU, open fds, start time: restarts) and python_* (GC, version),
+        # as the default registry has them; this registry is the one /metrics serves.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        _precreate(self.decisions, *DEFAULT_ACTIONS)
+        _precreate(self.degraded, *DEFAULT_ACTIONS)
+        _precreate(self.dead_letters, *DEAD_LETTER_REASONS)
+        _precreate(self.cache_requests, *CACHE_LOOKUPS)
+        _precreate(self.stage_seconds, *STAGES)
+        _precreate(self.publish_refused, *REFUSED_OUTCOMES)
+        _precreate(self.commits, *COMMIT_RESULTS)
+        _precreate(self.policy_updates, *POLICY_RESULTS)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -129,7 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             self._reply(200, generate_latest(self.server.metrics.registry), CONTENT_TYPE_LATEST)
         elif path == "/healthz":
-            self._reply(200, b"ok\n")
+            alive = self.server.alive()
+            self._reply(200 if alive else 503, b"ok\n" if alive else b"event loop stuck\n")
         elif path == "/readyz":
             ready = self.server.ready.is_set()
             self._reply(200 if ready else 503, b"ready\n" if ready else b"not ready\n")
@@ -152,18 +197,37 @@ class MetricsServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, host: str, port: int, metrics: Metrics) -> None:
+    def __init__(
+        self, host: str, port: int, metrics: Metrics, *, stale_after_s: float = HEARTBEAT_STALE_S
+    ) -> None:
         host = host.strip("[]")  # "[::1]" as in a URL
         if ":" in host:  # an IPv6 address such as ::1
             self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
         self.metrics = metrics
         self.ready = threading.Event()
+        self.stale_after_s = stale_after_s
+        self._beat: float | None = None  # time.monotonic() of the loop's last heartbeat
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def beat(self) -> None:
+        """Called on the event loop: it is still turning."""
+        self._beat = time.monotonic()
+
+    def alive(self) -> bool:
+        """No heartbeat yet (not started) or a recent one."""
+        beat = self._beat
+        return beat is None or time.monotonic() - beat <= self.stale_after_s
+
+    async def heartbeat(self, every_s: float = HEARTBEAT_EVERY_S) -> None:
+        """Stamp the heartbeat every `every_s` until cancelled (run it on the loop to watch)."""
+        while True:
+            self.beat()
+            await asyncio.sleep(every_s)
 
     def start(self) -> None:
         if self._thread is None:

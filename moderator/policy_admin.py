@@ -83,10 +83,16 @@ async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy)
 
 
 async def write(
-    kafka_options: Mapping[str, Any], topic: str, key: str, spec: Mapping[str, Any] | None
+    kafka_options: Mapping[str, Any],
+    topic: str,
+    key: str,
+    spec: Mapping[str, Any] | None,
+    replication: int = 1,
 ) -> None:
     """Publish `spec` for `key` (None: a tombstone), acknowledged by every in-sync replica."""
-    await ensure_topics(kafka_options, {topic: 1}, configs={topic: TOPIC_CONFIG})
+    await ensure_topics(
+        kafka_options, {topic: 1}, configs={topic: TOPIC_CONFIG}, replication=replication
+    )
     producer = AIOKafkaProducer(**kafka_options, acks="all", client_id="moderator-policy-cli")
     try:
         await start_client(producer, kafka_options, "publishing the policy")

@@ -33,7 +33,7 @@ from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
-from moderator.tasks import Supervisor
+from moderator.tasks import Supervisor, cancel
 from moderator.verdicts import Reader
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,9 @@ class Moderator:
         producer = _producer(s)
         self._publisher = publisher = _publisher(s, m, producer, intake.acked, tasks)
         await self._own(publisher, start_client(producer, s.kafka_options(), "the producer"))
-        feed = await follow_policies(policies, s.policy_topic, s.kafka_options(), m)
+        feed = await follow_policies(
+            policies, s.policy_topic, s.kafka_options(), m, s.topic_replication
+        )
         if feed is not None:  # caught up: then ready
             self._stack.push_async_callback(stop_within, feed)
             tasks.watch(_started(feed.task))
@@ -149,6 +151,9 @@ class Moderator:
         server = listen(s.metrics_host, s.metrics_port, self.metrics)
         server.start()
         self._stack.callback(server.stop)
+        # Liveness: /healthz fails when this task stops being run (a blocked event loop).
+        beat = asyncio.create_task(server.heartbeat(), name="moderator-heartbeat")
+        self._stack.push_async_callback(cancel, beat)
         return server
 
     async def _load_model(self) -> Classifier:

@@ -20,9 +20,11 @@ async def ensure_topics(
     partitions: Mapping[str, int],
     *,
     configs: Mapping[str, Mapping[str, str]] | None = None,
+    replication: int = 1,
 ) -> None:
     """Create each topic with its partition count (and `configs[topic]`, such as
-    `cleanup.policy`) unless it already exists.
+    `cleanup.policy`) and `replication` replicas unless it already exists. No default from the
+    broker: aiokafka's CreateTopics always names a factor (`MODERATOR_TOPIC_REPLICATION`).
 
     `kafka` is a bootstrap string or the client options of `Settings.kafka_options()`.
     """
@@ -35,7 +37,7 @@ async def ensure_topics(
             NewTopic(
                 name,
                 num_partitions=n,
-                replication_factor=1,
+                replication_factor=replication,
                 topic_configs=dict((configs or {}).get(name, {})),
             )
             for name, n in partitions.items()

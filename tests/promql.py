@@ -70,6 +70,21 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+def selectors(expr: str) -> list[tuple[str, dict[str, str]]]:
+    """Each named selector of `expr`: its metric name and its equality matchers (`{result=
+    "rejected"}`), the series a fresh process must already export for the query to see them."""
+    found: list[tuple[str, dict[str, str]]] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            equal = {m.name: m.value for m in node.matchers.matchers
+                     if m.op == promql_parser.MatchOp.Equal and m.name != "__name__"}  # fmt: skip
+            found.append((node.name, equal))
+
+    promql_parser.walk(promql_parser.parse(substitute_variables(expr)), visit)
+    return found
+
+
 def dashboard_queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(where, PromQL) for every panel target and every query variable of a dashboard."""
 

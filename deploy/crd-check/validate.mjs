@@ -15,6 +15,7 @@ import { parseAllDocuments } from "yaml";
 import { ScaledObject } from "@kubernetes-models/keda/keda.sh/v1alpha1/ScaledObject";
 import { TriggerAuthentication } from "@kubernetes-models/keda/keda.sh/v1alpha1/TriggerAuthentication";
 import { ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor";
+import { PrometheusRule } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule";
 
 const KEDA = "@kubernetes-models/keda/keda.sh/v1alpha1";
 const PROMETHEUS = "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
@@ -24,6 +25,7 @@ const MODELS = new Map([
   ["keda.sh/v1alpha1 TriggerAuthentication",
     [TriggerAuthentication, "ITriggerAuthentication", `${KEDA}/TriggerAuthentication`]],
   ["monitoring.coreos.com/v1 ServiceMonitor", [ServiceMonitor, "IServiceMonitor", `${PROMETHEUS}/ServiceMonitor`]],
+  ["monitoring.coreos.com/v1 PrometheusRule", [PrometheusRule, "IPrometheusRule", `${PROMETHEUS}/PrometheusRule`]],
 ]);
 
 let failed = 0;

@@ -8,22 +8,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from moderator.channel_policies import TOPIC_CONFIG
 from moderator.config import Settings
 from moderator.connect import STOP_TIMEOUT_S
 from moderator.intake import FINAL_COMMIT_MIN_S
 from moderator.loop import LEFTOVER_TIMEOUT_S
 from tests.promql import (
+    ALERT_RULES,
     DASHBOARD,
     REPO,
     deploy_queries,
@@ -220,3 +224,260 @@ def test_compose_runs_two_moderators_in_one_group_scraped_as_job_moderator() -> 
     assert job["job_name"] == "moderator"  # what deploy/prometheus-alerts.yml selects
     assert job["dns_sd_configs"][0]["names"] == ["moderator"]
     assert job["dns_sd_configs"][0]["port"] == 9108
+
+
+def test_compose_prometheus_loads_the_rules_and_sends_alerts_to_compose_alertmanager() -> None:
+    services = compose()["services"]
+    prometheus = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+    mounted = {v.split(":")[1] for v in services["prometheus"]["volumes"]}
+    for rules in prometheus["rule_files"]:
+        assert f"/etc/prometheus/{rules}" in mounted, rules
+    (manager,) = prometheus["alerting"]["alertmanagers"]
+    (target,) = manager["static_configs"][0]["targets"]
+    host, port = target.split(":")
+    assert host in services
+    assert host in services["prometheus"]["depends_on"]
+    assert f"127.0.0.1:{port}:{port}" in services[host]["ports"]
+
+
+# -- systemd -------------------------------------------------------------------------------------
+
+
+def test_systemd_waits_for_the_longest_shutdown_as_long_as_kubernetes_and_compose() -> None:
+    unit = (REPO / "deploy" / "moderator.service").read_text()
+    (stop_s,) = (int(v) for v in re.findall(r"^TimeoutStopSec=(\d+)s?$", unit, re.MULTILINE))
+    shutdown_s = Settings().shutdown_timeout_s  # the unit's EnvironmentFile sets no other
+    example = (REPO / "deploy" / "moderator.env.example").read_text()
+    assert "MODERATOR_SHUTDOWN_TIMEOUT_S=" not in example.replace("# MODERATOR_", "")
+    assert stop_s >= shutdown_s + EXIT_BOUND_EXTRA_S
+    grace_k8s = rendered("base")["Deployment"]["spec"]["template"]["spec"]
+    compose_s = int(compose()["services"]["moderator"]["stop_grace_period"].removesuffix("s"))
+    assert stop_s == grace_k8s["terminationGracePeriodSeconds"] == compose_s
+
+
+# -- Strimzi: the topics and the Kafka user --------------------------------------------------------
+
+
+def strimzi() -> dict[str, list[dict[str, Any]]]:
+    """`kubectl kustomize deploy/k8s/strimzi`: its resources by kind."""
+    kubectl = Path(sys.executable).parent / "kubectl"
+    out = subprocess.run([str(kubectl), "kustomize", str(K8S / "strimzi")], capture_output=True,
+                         text=True, check=True, timeout=60).stdout  # fmt: skip
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for doc in yaml.safe_load_all(out):
+        by_kind.setdefault(doc["kind"], []).append(doc)
+    return by_kind
+
+
+def test_replication_is_a_setting_the_production_overlay_sets_to_3() -> None:
+    assert Settings().topic_replication == 1  # one broker: `moderator dev`, compose
+    assert config("production")["MODERATOR_TOPIC_REPLICATION"] == "3"
+    assert config("dev")["MODERATOR_TOPIC_REPLICATION"] == "1"  # the dev overlay's one broker
+
+
+def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -> None:
+    resources = strimzi()
+    topics = {t["metadata"]["name"]: t["spec"] for t in resources["KafkaTopic"]}
+    settings = config("production")
+    names = [settings[f"MODERATOR_{n}_TOPIC"] for n in ("IN", "OUT", "DLQ", "POLICY")]
+    assert set(topics) == set(names)
+    partitions = rendered("production")["ScaledObject"]["metadata"]["annotations"]
+    assert topics[settings["MODERATOR_IN_TOPIC"]]["partitions"] == int(
+        partitions["chat-moderator/input-partitions"]
+    )
+    replicas = int(settings["MODERATOR_TOPIC_REPLICATION"])
+    for name, spec in topics.items():
+        assert spec["replicas"] == replicas, name
+        assert int(spec["config"]["min.insync.replicas"]) == replicas - 1, name
+    policies = topics[settings["MODERATOR_POLICY_TOPIC"]]
+    assert policies["partitions"] == 1
+    assert TOPIC_CONFIG.items() <= policies["config"].items()
+    for resource in (*resources["KafkaTopic"], *resources["KafkaUser"]):
+        assert resource["apiVersion"] == "kafka.strimzi.io/v1beta2"
+        assert resource["metadata"]["labels"]["strimzi.io/cluster"]
+
+
+def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
+    (user,) = strimzi()["KafkaUser"]
+    assert user["spec"]["authentication"]["type"] == "scram-sha-512"
+    assert config("production")["MODERATOR_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    acls = {(a["resource"]["type"], a["resource"].get("name")): set(a["operations"])
+            for a in user["spec"]["authorization"]["acls"]}  # fmt: skip
+    settings = config("production")
+    assert acls == {
+        ("topic", settings["MODERATOR_IN_TOPIC"]): {"Read", "Describe"},
+        ("topic", settings["MODERATOR_OUT_TOPIC"]): {"Write", "Describe"},
+        ("topic", settings["MODERATOR_DLQ_TOPIC"]): {"Write", "Describe"},
+        ("topic", settings["MODERATOR_POLICY_TOPIC"]): {"Read", "Describe"},
+        ("group", settings["MODERATOR_GROUP_ID"]): {"Read", "Describe"},
+    }
+    assert all(a["resource"].get("patternType") == "literal"
+               for a in user["spec"]["authorization"]["acls"])  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_keda_has_a_fallback_no_idle_cooldown_and_the_moderators_offset_reset(layout: str) -> None:
+    spec = rendered(layout)["ScaledObject"]["spec"]
+    # cooldownPeriod only acts when scaling to zero; above it the HPA behaviour paces scale-down.
+    assert spec["minReplicaCount"] > 0
+    assert "cooldownPeriod" not in spec
+    assert spec["fallback"]["replicas"] == spec["maxReplicaCount"]
+    (trigger,) = spec["triggers"]
+    assert trigger["metadata"]["offsetResetPolicy"] == config(layout)["MODERATOR_AUTO_OFFSET_RESET"]
+
+
+def test_an_overlay_that_changes_the_offset_reset_changes_kedas(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / "overlays" / "production", tmp_path)],
+        "configMapGenerator": [{"name": "moderator-config", "behavior": "merge",
+                                "literals": ["MODERATOR_AUTO_OFFSET_RESET=latest"]}],
+        "components": [os.path.relpath(K8S / "components" / "offset-reset", tmp_path)],
+    }))  # fmt: skip
+    kubectl = Path(sys.executable).parent / "kubectl"
+    out = subprocess.run([str(kubectl), "kustomize", "--load-restrictor", "LoadRestrictionsNone",
+                          str(tmp_path)], capture_output=True, text=True, check=True,
+                         timeout=60).stdout  # fmt: skip
+    docs = {d["kind"]: d for d in yaml.safe_load_all(out) if d}
+    (trigger,) = docs["ScaledObject"]["spec"]["triggers"]
+    assert docs["ConfigMap"]["data"]["MODERATOR_AUTO_OFFSET_RESET"] == "latest"
+    assert trigger["metadata"]["offsetResetPolicy"] == "latest"
+
+
+def test_compose_restarts_a_failed_moderator_boundedly_and_loadgen_waits_for_readiness() -> None:
+    services = compose()["services"]
+    moderator = services["moderator"]
+    # Compose cannot exempt exit 78 from restarts: a bound keeps a bad setting from looping.
+    policy, _, retries = moderator["restart"].partition(":")
+    assert policy == "on-failure"
+    assert 0 < int(retries) <= 10
+    assert "/readyz" in " ".join(moderator["healthcheck"]["test"])
+    assert services["loadgen"]["depends_on"]["moderator"]["condition"] == "service_healthy"
+
+
+# -- Kubernetes: namespaces, monitoring, isolation, placement, images (issue 30) ----------------
+
+OVERLAYS = [layout for layout in LAYOUTS if layout != "base"]
+CLUSTER_SCOPED = {"Namespace", "PriorityClass"}
+
+
+def render(path: Path) -> list[dict[str, Any]]:
+    kubectl = Path(sys.executable).parent / "kubectl"
+    out = subprocess.run([str(kubectl), "kustomize", str(path)], capture_output=True, text=True,
+                         check=True, timeout=60).stdout  # fmt: skip
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.mark.parametrize("layout", OVERLAYS)
+def test_each_overlay_makes_its_namespace_and_puts_everything_in_it(layout: str) -> None:
+    resources = rendered(layout)
+    namespace = resources["Namespace"]["metadata"]["name"]
+    for kind, resource in resources.items():
+        if kind not in CLUSTER_SCOPED:
+            assert resource["metadata"]["namespace"] == namespace, kind
+    if layout == "production":  # the example Secret is for the overlay that does not ship one
+        example = yaml.safe_load((K8S / "base" / "secret.example.yaml").read_text())
+        assert example["metadata"]["namespace"] == namespace
+
+
+def test_the_prometheus_rule_is_the_alert_rules_file() -> None:
+    rules = yaml.safe_load(ALERT_RULES.read_text())
+    assert rendered("production")["PrometheusRule"]["spec"] == rules
+    assert "PrometheusRule" not in rendered("dev")  # no Prometheus Operator there
+
+
+def test_the_operator_resources_carry_the_label_its_default_selectors_match() -> None:
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert rendered("production")[kind]["metadata"]["labels"]["release"] == "prometheus"
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = yaml.safe_load(ALERT_RULES.read_text())["groups"][0]["rules"]
+    return rules
+
+
+def test_every_alert_has_a_description_a_runbook_url_and_keeps_namespaces_apart() -> None:
+    runbook = (REPO / "deploy" / "RUNBOOK.md").read_text()
+    anchors = {line[3:].strip().lower() for line in runbook.splitlines() if line.startswith("## ")}
+    for rule in alert_rules():
+        notes = rule["annotations"]
+        assert {"summary", "description", "runbook_url"} <= set(notes), rule["alert"]
+        assert "runbook" not in notes
+        assert "systemctl" not in notes["description"]
+        assert notes["runbook_url"].endswith(f"RUNBOOK.md#{rule['alert'].lower()}")
+        assert rule["alert"].lower() in anchors
+        for grouping in re.findall(r"\bby \(([^)]*)\)", rule["expr"]):
+            assert "namespace" in grouping, f"{rule['alert']}: by ({grouping})"
+
+
+def test_lag_growing_uses_the_lag_a_healthy_instance_carries() -> None:
+    """deploy/CAPACITY.md: a healthy group carries up to instances x lagThreshold records."""
+    (rule,) = [r for r in alert_rules() if r["alert"] == "ModeratorLagGrowing"]
+    (trigger,) = rendered("production")["ScaledObject"]["spec"]["triggers"]
+    per_instance = re.findall(
+        r"(\d+) \* count by \(namespace\) \(moderator_model_info", rule["expr"]
+    )
+    assert per_instance == [trigger["metadata"]["lagThreshold"]]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_network_policy_lets_the_moderator_reach_kafka_and_redis_and_be_scraped(
+    layout: str,
+) -> None:
+    resources = rendered(layout)
+    policy = resources["NetworkPolicy"]["spec"]
+    pod_labels = resources["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    allowed = {(p["port"], p["protocol"]) for rule in policy["egress"] for p in rule["ports"]}
+    assert {(53, "UDP"), (53, "TCP")} <= allowed
+    for hostport in config(layout)["MODERATOR_KAFKA_BOOTSTRAP"].split(","):
+        assert (int(hostport.rsplit(":", 1)[1]), "TCP") in allowed, hostport
+    redis = urlsplit(secret_values(layout)["redis-url"])
+    assert (redis.port or 6379, "TCP") in allowed
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pods_spread_over_zones_and_nodes_with_a_priority_class(layout: str) -> None:
+    resources = rendered(layout)
+    pod = resources["Deployment"]["spec"]["template"]["spec"]
+    keys = [c["topologyKey"] for c in pod["topologySpreadConstraints"]]
+    assert keys == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    assert pod["priorityClassName"] == resources["PriorityClass"]["metadata"]["name"]
+    assert resources["PriorityClass"]["value"] > 0
+
+
+def test_the_dev_services_are_the_ones_the_dev_overlay_expects() -> None:
+    services = {d["metadata"]["name"]: d for d in render(K8S / "dev-services")
+                if d["kind"] == "Service"}  # fmt: skip
+    namespace = rendered("dev")["Namespace"]["metadata"]["name"]
+    wanted = [config("dev")["MODERATOR_KAFKA_BOOTSTRAP"], secret_values("dev")["redis-url"]]
+    for address in wanted:
+        host, port = urlsplit(address if "://" in address else f"//{address}").netloc.split(":")
+        name, ns, _ = host.split(".", 2)
+        assert ns == namespace
+        assert services[name]["metadata"]["namespace"] == namespace
+        assert [p["port"] for p in services[name]["spec"]["ports"]] == [int(port)]
+
+
+EXACT_TAG = re.compile(r":v?\d+\.\d+\.\d+(-[a-z0-9.-]+)?$")
+
+
+def test_every_image_is_pinned_to_an_exact_version() -> None:
+    images = [f"{image['newName'] if 'newName' in image else image['name']}:{image['newTag']}"
+              for layout in ("base", "production")
+              for image in yaml.safe_load((K8S / ("base" if layout == "base" else
+                                          f"overlays/{layout}") / "kustomization.yaml")
+                                          .read_text()).get("images", [])]  # fmt: skip
+    for path in (K8S / "dev-services", K8S / "overlays" / "dev", K8S / "overlays" / "production"):
+        images += [c["image"] for d in render(path) if d["kind"] in ("Deployment", "Job")
+                   for c in d["spec"]["template"]["spec"]["containers"]]  # fmt: skip
+    images += [s["image"] for s in compose()["services"].values() if "image" in s]
+    for dockerfile in ("Dockerfile", "loadgen.Dockerfile"):
+        text = (REPO / "deploy" / dockerfile).read_text()
+        images += re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
+    assert len(images) > 8
+    loose = [image for image in images if not EXACT_TAG.search(image)]
+    assert loose == [], loose

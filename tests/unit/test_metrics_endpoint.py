@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
+import time
 from collections.abc import Iterator
 from urllib.error import HTTPError
 from urllib.request import Request, urlopen
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
-from moderator.metrics import Metrics, MetricsServer
+from moderator import policy
+from moderator.metrics import DEAD_LETTER_REASONS, DEFAULT_ACTIONS, Metrics, MetricsServer
+from tests.promql import REPO
 
 
 def has_ipv6_loopback() -> bool:
@@ -65,3 +72,44 @@ def test_serves_metrics_health_readiness_and_nothing_else(server: MetricsServer)
         assert get(server, path)[0] == 404, path
     assert get(server, "/metrics", method="POST")[0] == 501
     assert get(server, "/metrics", method="DELETE")[0] == 501
+
+
+def test_every_dead_letter_reason_the_schema_names_is_counted_from_0() -> None:
+    schema = json.loads((REPO / "moderator/schemas/dead-letter-headers.schema.json").read_text())
+    reasons = schema["properties"]["moderator.error.code"]["enum"]
+    assert set(DEAD_LETTER_REASONS) == set(reasons)
+    assert set(DEFAULT_ACTIONS) == set(policy.DEFAULT_ACTIONS)
+    exposition = generate_latest(Metrics().registry).decode()
+    for reason in reasons:
+        assert f'moderator_dead_letters_total{{reason="{reason}"}} 0.0' in exposition
+
+
+def test_serves_the_process_and_python_collectors() -> None:
+    names = {f.name for f in text_string_to_metric_families(
+        generate_latest(Metrics().registry).decode())}  # fmt: skip
+    assert {"process_resident_memory_bytes", "process_open_fds", "python_info"} <= names
+
+
+def test_healthz_fails_while_the_event_loop_is_blocked() -> None:
+    """Liveness: the loop stamps a heartbeat; blocked past the bound, /healthz answers 503 (the
+    HTTP thread still runs), and 200 again once the loop turns."""
+    srv = MetricsServer("127.0.0.1", 0, Metrics(), stale_after_s=0.2)
+    srv.start()
+
+    async def main() -> list[int]:
+        beating = asyncio.create_task(srv.heartbeat(every_s=0.01))
+        seen = [await asyncio.to_thread(lambda: get(srv, "/healthz")[0])]
+        while seen[-1] == 200 and len(seen) < 1000:  # blocks the loop: no await in here
+            time.sleep(0.05)  # noqa: ASYNC251 (blocking the loop is the point)
+            seen.append(get(srv, "/healthz")[0])
+        await asyncio.sleep(0.05)  # the loop turns: a fresh heartbeat
+        seen.append(await asyncio.to_thread(lambda: get(srv, "/healthz")[0]))
+        beating.cancel()
+        return seen
+
+    try:
+        seen = asyncio.run(main())
+    finally:
+        srv.stop()
+    assert seen[0] == 200
+    assert seen[-2:] == [503, 200], seen
