@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from moderator import loop
-from moderator.cli import KAFKA_CONNECTION, command, log_flags, say, serve, topic_partitions
-from moderator.config import ENV_PREFIX, Settings, add_setting_flags, settings_from_args
+from moderator.cli import KAFKA_CONNECTION, say, serve, topic_partitions
+from moderator.commandline import command, log_flags
+from moderator.config import ENV_PREFIX, Settings, add_setting_flags
 from moderator.redaction import protect
 
 # Settings the embedded stack sets itself (its own plaintext broker, its own Redis): `dev`
@@ -37,7 +39,7 @@ are not offered, and their MODERATOR_* variables are ignored; every other settin
     dev.add_argument("--redis-port", type=int, default=6379, help="Redis's port (6379)")
     # The old spelling of --topic-partitions, as `run` has it.
     dev.add_argument("--partitions", type=int, dest="topic_partitions", help=argparse.SUPPRESS)
-    add_setting_flags(dev, exclude=EMBEDDED)
+    add_setting_flags(dev, [f.name for f in dataclasses.fields(Settings) if f.name not in EMBEDDED])
     log_flags(dev, argparse.SUPPRESS)
     dev.set_defaults(command=run_dev)
 
@@ -76,7 +78,8 @@ def dev_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = N
     embedded stack is its own (a production MODERATOR_KAFKA_* must not reach it)."""
     ignored = {ENV_PREFIX + name.upper() for name in EMBEDDED}
     environ = os.environ if environ is None else environ
-    return settings_from_args(args, {k: v for k, v in environ.items() if k not in ignored})
+    given = {name: value for name, value in vars(args).items() if name in Settings.__slots__}
+    return Settings.from_env({k: v for k, v in environ.items() if k not in ignored}, **given)
 
 
 def run_demo(args: argparse.Namespace) -> int:

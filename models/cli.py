@@ -272,7 +272,7 @@ def _ship(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     from models import ship
     from models.evaluate import REPORT_FILE
-    from moderator.cli import command
+    from moderator.commandline import command
 
     p = argparse.ArgumentParser(prog="moderator model", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)

@@ -40,7 +40,7 @@ USAGE = "moderator model {" + ",".join(SUBCOMMANDS) + "} ..."
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `model` to the `moderator` command line."""
-    from moderator.cli import command
+    from moderator.commandline import command
 
     listed = "\n".join(f"  {name:<12} {text}" for name, text in SUBCOMMANDS.items())
     model = command(sub, "model", " | ".join(SUBCOMMANDS) + " (the model extra)", """

@@ -9,32 +9,28 @@ import logging
 import os
 import signal
 import sys
-import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import IO, Any, cast
 
 import orjson
 
-from moderator import __version__, logs, loop, policy_admin
+from moderator import __version__, logs, loop, policy_admin, score
 from moderator.channel_policies import DEFAULT_KEY, layered
-from moderator.classifier import Classifier, ModelInfo
+from moderator.classifier import ModelInfo
+from moderator.commandline import command, log_flags
 from moderator.config import (
     DEFAULT_MODEL_DIR,
     Settings,
     add_setting_flags,
     settings_from_args,
 )
-from moderator.errors import ConfigError, InvalidRecord, ModeratorError
-from moderator.logs import LOG_FORMATS, LOG_LEVELS, log_settings
+from moderator.errors import ConfigError, ModeratorError
+from moderator.logs import log_settings
 from moderator.policy import Policy, read_spec
-from moderator.progress import Progress
-from moderator.records import json_type, required_string
 from moderator.redaction import protect, scrub
-from moderator.service import Moderator, reader_for
+from moderator.service import Moderator
 from moderator.topics import ensure_topics
-from moderator.verdicts import Reader, decide_texts
 
 log = logging.getLogger("moderator")
 
@@ -42,8 +38,6 @@ log = logging.getLogger("moderator")
 # `dev` and `demo` (devstack, the embedded broker) and `model` (models, torch). The runtime never
 # imports them; each entry point is a function that adds its subcommands to the parser.
 COMMANDS = "moderator.commands"
-# What `moderator score` reads, said in its help and in every input error.
-SCORE_INPUT = 'one JSON object per line with a string field "text", e.g. {"text": "gg wp"}'
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,10 +70,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # How to reach Kafka. Each `moderator policy` command reads these and the policies topic; `put`
 # and `list` judge policies over the policy file; `put` and `delete` create the topic when it
-# is missing, so topic-creation settings apply to them (a name that is no setting is skipped).
-KAFKA_CONNECTION = ("kafka_bootstrap", "kafka_security_protocol", "kafka_sasl_mechanism",
-                    "kafka_sasl_username", "kafka_sasl_password", "kafka_ssl_cafile",
-                    "kafka_ssl_certfile", "kafka_ssl_keyfile")  # fmt: skip
+# is missing, so the topic-creation setting applies to them.
+KAFKA_CONNECTION = (
+    "kafka_bootstrap",
+    "kafka_security_protocol",
+    "kafka_sasl_mechanism",
+    "kafka_sasl_username",
+    "kafka_sasl_password",
+    "kafka_ssl_cafile",
+    "kafka_ssl_certfile",
+    "kafka_ssl_keyfile",
+)
 POLICY_SETTINGS = {
     "put": (*KAFKA_CONNECTION, "policy_topic", "policy", "topic_replication"),
     "get": (*KAFKA_CONNECTION, "policy_topic"),
@@ -87,26 +88,6 @@ POLICY_SETTINGS = {
     "list": (*KAFKA_CONNECTION, "policy_topic", "policy"),
 }
 CHANNEL_HELP = "a channel id, or * for the default of every channel (quote it: '*')"
-
-
-def command(
-    sub: argparse._SubParsersAction[Any],
-    name: str,
-    help_text: str,
-    examples: str,
-    description: str | None = None,
-) -> argparse.ArgumentParser:
-    """A subcommand whose --help ends with `examples` (lines kept as written)."""
-    return cast(
-        argparse.ArgumentParser,
-        sub.add_parser(
-            name,
-            help=help_text,
-            description=description or help_text,
-            epilog="examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        ),
-    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -128,11 +109,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    run = command(sub, "run", "the processor, against any Kafka and Redis", """
+    run = command(
+        sub,
+        "run",
+        "the processor, against any Kafka and Redis",
+        """
         moderator run --kafka-bootstrap kafka-1:9092,kafka-2:9092 --redis-url redis://cache:6379/0
         MODERATOR_KAFKA_BOOTSTRAP=kafka:9092 moderator run --create-topics
         moderator run --workers 4 --threads 1    # 4 processes in one group, one core each
-    """)  # fmt: skip
+    """,
+    )
     add_setting_flags(run)
     run.add_argument("--create-topics", action="store_true", help="create missing topics first")
     # The old spelling of --topic-partitions (MODERATOR_TOPIC_PARTITIONS), still accepted.
@@ -144,39 +130,20 @@ def _parser() -> argparse.ArgumentParser:
     log_flags(run, argparse.SUPPRESS)
     run.set_defaults(command=_cmd_run)
 
-    score = command(sub, "score", "JSON lines with `text` on stdin, decisions on stdout", """
-        echo '{"text": "gg wp, that clutch was insane"}' | moderator score
-        moderator score < chat.jsonl > decisions.jsonl
-        moderator score --policy my-policy.toml --max-windows 4 < chat.jsonl
-    """, description=f"""\
-Decide chat lines without Kafka or Redis, with the model and policy `run` would use.
+    score.register(sub)
 
-input (stdin): {SCORE_INPUT}.
-  message_id, channel_id and user_id are copied to the output; blank lines are skipped.
-output (stdout): one decision per input line, in order (action, reason, severity, scores,
-  model, policy, span, truncated, language). A line that is not such an object gets
-  {{"line": N, "error": {{"code": ..., "message": ...}}}} instead, and the exit code is 1.
-On a terminal, stderr shows a progress bar; piped or redirected, nothing.""")  # fmt: skip
-    score.add_argument("--model", type=Path, default=None, help="model directory")
-    score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
-    score.add_argument("--threads", type=int, default=None, help="intra-op threads")
-    score.add_argument("--batch", type=int, default=32, help="lines scored together")
-    score.add_argument(
-        "--max-windows",
-        type=int,
-        default=None,
-        help="windows read per message [MODERATOR_MAX_WINDOWS]",
-    )
-    log_flags(score, argparse.SUPPRESS)
-    score.set_defaults(command=_cmd_score)
-
-    pol = command(sub, "policy", "per-channel policies on the policies topic", """
+    pol = command(
+        sub,
+        "policy",
+        "per-channel policies on the policies topic",
+        """
         moderator policy put speedrun speedrun.json
         moderator policy put '*' house-default.toml
         moderator policy list
         moderator policy get speedrun
         moderator policy delete speedrun
-    """)  # fmt: skip
+    """,
+    )
     pol_sub = pol.add_subparsers(required=True, metavar="ACTION")
     for name, help_text, args_, examples in (
         (
@@ -186,8 +153,12 @@ On a terminal, stderr shows a progress bar; piped or redirected, nothing.""")  #
             ("channel", "file"),
             "moderator policy put speedrun speedrun.json\nmoderator policy put '*' default.toml",
         ),
-        ("get", "print CHANNEL's policy, as written, as JSON", ("channel",),
-         "moderator policy get speedrun"),
+        (
+            "get",
+            "print CHANNEL's policy, as written, as JSON",
+            ("channel",),
+            "moderator policy get speedrun",
+        ),
         (
             "delete",
             "remove CHANNEL's policy (a tombstone): the default applies again",
@@ -200,7 +171,7 @@ On a terminal, stderr shows a progress bar; piped or redirected, nothing.""")  #
             (),
             "moderator policy list\nmoderator policy list --kafka-bootstrap kafka:9092",
         ),
-    ):  # fmt: skip
+    ):
         cmd = command(pol_sub, name, help_text, examples)
         for arg in args_:
             if arg == "file":
@@ -214,24 +185,6 @@ On a terminal, stderr shows a progress bar; piped or redirected, nothing.""")  #
     for plugin in sorted(entry_points(group=COMMANDS), key=lambda ep: ep.name):
         plugin.load()(sub)
     return parser
-
-
-def log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
-    """`--log-format` and `--log-level`, before or after the command (`moderator run --log-…`);
-    a command's copy defaults to SUPPRESS so it does not erase the value given before it."""
-    parser.add_argument(
-        "--log-format",
-        default=default,
-        choices=LOG_FORMATS,
-        help="text | json lines [MODERATOR_LOG_FORMAT, default: text]",
-    )
-    parser.add_argument(
-        "--log-level",
-        default=default,
-        type=str.upper,
-        choices=LOG_LEVELS,
-        help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: INFO]",
-    )
 
 
 class _Version(argparse.Action):
@@ -359,114 +312,8 @@ def _cmd_policy(args: argparse.Namespace) -> int:
         for key in keys:
             print(f"{key}\t{state.listed(key)}")
         if not keys:  # on stderr: stdout stays one line per policy for scripts
-            print(f"no policies on {topic}: every channel gets {state.book.default.ident}",
-                  file=sys.stderr)  # fmt: skip
-    return 0
-
-
-# -- score -------------------------------------------------------------------------------------
-
-
-def _cmd_score(args: argparse.Namespace) -> int:
-    settings = Settings.from_env(
-        model_dir=args.model,
-        threads=args.threads,
-        policy=args.policy,
-        max_windows=args.max_windows,
-    )
-    settings.check_model_dir()
-    classifier = Classifier(settings.model_dir, threads=settings.effective_threads)
-    reader = reader_for(settings, classifier)  # once: the language gate takes ~0.5 s to load
-    policy = Policy.load(settings.policy)
-    policy.check_labels(classifier.labels)
-    failures = 0
-    progress = Progress(sys.stderr, sys.stdin)
-    for first_line, chunk in _chunks(sys.stdin, max(args.batch, 1)):
-        failures += decide_lines(chunk, reader, policy, sys.stdout, first_line=first_line)
-        progress.update(len(chunk), sum(len(line.encode()) for line in chunk))
-    progress.close()
-    if failures:
-        print(
-            f"moderator: {failures} line(s) not decided (their 'error' on stdout names the "
-            f"line); the input is {SCORE_INPUT}",
-            file=sys.stderr,
-        )
-    return 1 if failures else 0
-
-
-def _chunks(stream: IO[str], size: int) -> Iterator[tuple[int, list[str]]]:
-    """Runs of consecutive lines holding `size` non-blank ones (the last may hold fewer), each
-    with the number of its first line, so that errors can name their line."""
-    chunk: list[str] = []
-    first = kept = 0
-    for number, line in enumerate(stream, 1):
-        first = first or number
-        chunk.append(line)
-        kept += bool(line.strip())
-        if kept == size:
-            yield first, chunk
-            chunk, first, kept = [], 0, 0
-    if kept:
-        yield first, chunk
-
-
-def score_input(line: str) -> dict[str, Any]:
-    """One input line of `moderator score` as a JSON object with a string `text`, or
-    InvalidRecord with the code a dead letter would get (records.py) and what was expected."""
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        why = f"not JSON ({exc.msg} at column {exc.colno})"
-        raise InvalidRecord("invalid_json", f"{why}; expected {SCORE_INPUT}") from None
-    if not isinstance(data, dict):
-        why = f"JSON {json_type(data)}, not an object"
-        raise InvalidRecord("not_object", f"{why}; expected {SCORE_INPUT}")
-    try:
-        required_string(data, "text")
-    except InvalidRecord as exc:
-        raise InvalidRecord(exc.code, f"{exc.message}; expected {SCORE_INPUT}") from None
-    return data
-
-
-def decide_lines(
-    lines: list[str], reader: Reader, policy: Policy, out: IO[str], *, first_line: int = 1
-) -> int:
-    """Write one decision (or one error naming its line number) per non-blank line, in order;
-    return the error count. `lines` are consecutive input lines from number `first_line`."""
-    rows: list[dict[str, object]] = []
-    texts: list[str] = []
-    for number, line in enumerate(lines, first_line):
-        if not line.strip():
-            continue
-        try:
-            data = score_input(line)
-        except InvalidRecord as exc:
-            message = f"line {number}: {exc.message}"
-            rows.append({"line": number, "error": {"code": exc.code, "message": message}})
-            continue
-        row: dict[str, object] = {
-            k: data[k] for k in ("message_id", "channel_id", "user_id") if k in data
-        }
-        row["text"] = data["text"]
-        rows.append(row)
-        texts.append(data["text"])
-    decided = iter(decide_texts(reader, policy, texts))
-    for row in rows:
-        if "error" not in row:
-            judged = next(decided)
-            verdict = judged.verdict
-            row.update(
-                action=verdict.action,
-                reason=verdict.reason,
-                severity=verdict.severity,
-                scores={k: round(v, 4) for k, v in judged.scores.items()},
-                model=reader.classifier.info.ident,
-                policy=policy.ident,
-                span=judged.span,
-                truncated=judged.truncated,
+            print(
+                f"no policies on {topic}: every channel gets {state.book.default.ident}",
+                file=sys.stderr,
             )
-            if judged.language is not None:
-                row["language"] = judged.language
-        out.write(orjson.dumps(row).decode() + "\n")
-    out.flush()
-    return sum(1 for row in rows if "error" in row)
+    return 0

@@ -322,19 +322,11 @@ def _convert(f: dataclasses.Field[Any], raw: Any, env_name: str) -> Any:
         raise ConfigError(f"{env_name}: {raw!r} is not a valid {name}") from None
 
 
-def add_setting_flags(
-    parser: argparse.ArgumentParser,
-    only: Collection[str] | None = None,
-    *,
-    exclude: Collection[str] = (),
-) -> None:
-    """One `--flag` per setting (or per setting named in `only`, less `exclude`: a command
-    offers only the settings it reads), each defaulting to 'not given' so the environment
-    applies."""
+def add_setting_flags(parser: argparse.ArgumentParser, only: Collection[str] = ()) -> None:
+    """One `--flag` per setting (`only` those named, if any: a command offers the settings it
+    reads), each defaulting to 'not given' so the environment applies."""
     group = parser.add_argument_group("settings (each also read from MODERATOR_<NAME>)")
-    for f in dataclasses.fields(Settings):
-        if (only is not None and f.name not in only) or f.name in exclude:
-            continue
+    for f in (f for f in dataclasses.fields(Settings) if not only or f.name in only):
         flag = "--" + f.name.replace("_", "-")
         env_name = ENV_PREFIX + f.name.upper()
         group.add_argument(
@@ -346,11 +338,9 @@ def add_setting_flags(
         )
 
 
-def settings_from_args(
-    args: argparse.Namespace, environ: Mapping[str, str] | None = None, **extra: Any
-) -> Settings:
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
     overrides = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(Settings) if hasattr(args, f.name)
     }
     overrides.update({k: v for k, v in extra.items() if v is not None})
-    return Settings.from_env(environ, **overrides)
+    return Settings.from_env(**overrides)

@@ -10,9 +10,10 @@ import pytest
 
 from moderator import __version__, progress
 from moderator.classifier import ModelInfo
-from moderator.cli import SCORE_INPUT, main
+from moderator.cli import main
 from moderator.config import DEFAULT_MODEL_DIR
 from moderator.errors import EX_CONFIG
+from moderator.score import SCORE_INPUT
 from moderator.workers import SUPERVISED_FLAG, worker_argv
 
 

@@ -13,8 +13,9 @@ from devstack.commands import EMBEDDED, dev_settings
 from loadgen.cli import build_parser as loadgen_parser
 from models import cli as models_cli
 from models.commands import SUBCOMMANDS, USAGE
-from moderator.cli import KAFKA_CONNECTION, SCORE_INPUT, _parser
+from moderator.cli import KAFKA_CONNECTION, _parser
 from moderator.config import ENV_PREFIX, Settings
+from moderator.score import SCORE_INPUT
 
 
 def subcommands(
