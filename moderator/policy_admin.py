@@ -41,15 +41,18 @@ class TopicState:
         return self.book.own(key)
 
     def listed(self, key: str) -> str:
-        """`name@version` of what decides `key`, or why the moderators refuse its last record."""
+        """`name@version` of what decides `key`; for a last record the moderators refuse, what
+        was written, why it is refused, and what decides `key` instead (its earlier policy, or
+        the default)."""
         spec, effect = self.live.get(key, {}), self.in_effect(key)
-        written = f"{spec.get('name', '?')}@{spec.get('version', '?')}"
         if key in self.refused:
-            kept = f" (in effect: {effect.ident})" if effect is not None else ""
-            return f"{written}\tREJECTED: {self.refused[key]}{kept}"
-        if effect is None:  # valid when written, not over the default the topic holds now
-            return f"{written}\tREJECTED: not valid over the default {self.book.default.ident}"
-        return effect.ident
+            why = self.refused[key]
+        elif effect is None:  # valid when written, not over the default the topic holds now
+            why = f"not valid over the default {self.book.default.ident}"
+        else:
+            return effect.ident
+        written = f"{spec.get('name', '?')}@{spec.get('version', '?')}"
+        return f"{written}\tREJECTED: {why} (in effect: {(effect or self.book.default).ident})"
 
 
 async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy) -> TopicState:

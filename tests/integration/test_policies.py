@@ -195,6 +195,7 @@ def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_
     assert rows[1].startswith(
         "c-3\traw@1\tREJECTED: policy for 'c-3': labels.insult.high: 'obliterate'"
     )
+    assert rows[1].endswith(f"(in effect: {DEFAULT})"), "no earlier policy: the default decides"
     asyncio.run(policy_admin.write(settings.kafka_options(), settings.policy_topic, "c-3", None))
     # A default the moderators refuse: they keep the policy file's, and so does the command;
     # channel policies are judged over what is in effect, not over the refused record.
