@@ -45,7 +45,8 @@ HELP = {
     "dlq_topic": "dead-letter topic for bad records",
     "group_id": "Kafka consumer group",
     "auto_offset_reset": "where a group with no committed offset starts: earliest (the whole "
-    "retained topic) | latest (new messages only)",
+    "retained topic) | latest (new messages only; on the embedded Tansu broker, also the rest of "
+    "each partition's last batch: README, Configuration)",
     "redis_url": "verdict cache; empty disables it",
     "model_dir": "model directory (model.onnx, tokenizer.json, manifest.json); the shipped "
     "default model if unset",
