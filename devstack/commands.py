@@ -5,27 +5,48 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from moderator import loop
-from moderator.cli import log_flags, say, serve, topic_partitions
-from moderator.config import add_setting_flags, settings_from_args
+from moderator.cli import KAFKA_CONNECTION, say, serve, topic_partitions
+from moderator.commandline import command, log_flags
+from moderator.config import ENV_PREFIX, Settings, add_setting_flags
 from moderator.redaction import protect
+
+# Settings the embedded stack sets itself (its own plaintext broker, its own Redis): `dev`
+# neither offers them nor reads them from the environment.
+EMBEDDED = (*KAFKA_CONNECTION, "redis_url")
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add `dev` and `demo` to the `moderator` command line."""
-    dev = sub.add_parser(
-        "dev", help="embedded broker + Redis + the processor, in the foreground (the dev extra)"
-    )
-    dev.add_argument("--kafka-port", type=int, default=9092)
-    dev.add_argument("--redis-port", type=int, default=6379)
-    dev.add_argument("--partitions", type=int, default=4, help="partitions of the topics")
-    add_setting_flags(dev)
+    dev = command(sub, "dev",
+        "embedded broker + Redis + the processor, in the foreground (the dev extra)", """
+        moderator dev
+        moderator dev --kafka-port 19092 --redis-port 16379 --metrics-port 9200
+        moderator dev --policy my-policy.toml --budget-ms 30
+    """, description="""\
+A Tansu Kafka broker (in memory) and a Redis server as child processes, the topics (messages,
+decisions, dead letters, policies), and one moderator in the foreground; Ctrl+C stops all.
+The stack is its own, plaintext at 127.0.0.1 on the ports below: the Kafka connection settings
+(--kafka-bootstrap, --kafka-security-protocol, --kafka-sasl-*, --kafka-ssl-*) and --redis-url
+are not offered, and their MODERATOR_* variables are ignored; every other setting of
+`moderator run` applies.""")  # fmt: skip
+    dev.add_argument("--kafka-port", type=int, default=9092, help="the broker's port (9092)")
+    dev.add_argument("--redis-port", type=int, default=6379, help="Redis's port (6379)")
+    # The old spelling of --topic-partitions, as `run` has it.
+    dev.add_argument("--partitions", type=int, dest="topic_partitions", help=argparse.SUPPRESS)
+    add_setting_flags(dev, [f.name for f in dataclasses.fields(Settings) if f.name not in EMBEDDED])
     log_flags(dev, argparse.SUPPRESS)
     dev.set_defaults(command=run_dev)
 
-    demo = sub.add_parser("demo", help="moderator dev + a burst of realistic chat + a report")
+    demo = command(sub, "demo", "moderator dev + a burst of realistic chat + a report", """
+        moderator demo
+        moderator demo --rate 300 --duration 30 --malformed-ratio 0.05
+    """)  # fmt: skip
     demo.add_argument("--rate", type=float, default=100.0, help="messages per second")
     demo.add_argument("--duration", type=float, default=15.0, help="seconds of traffic")
     demo.add_argument("--dup-ratio", type=float, default=0.4, help="share of repeated lines")
@@ -37,8 +58,7 @@ def run_dev(args: argparse.Namespace) -> int:
     """The embedded stack and one moderator in the foreground, until Ctrl+C / SIGTERM."""
     from devstack.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
 
-    # The embedded stack ignores MODERATOR_KAFKA_BOOTSTRAP / MODERATOR_REDIS_URL: it is its own.
-    base = settings_from_args(args)
+    base = dev_settings(args)
     protect(base.secrets())
     broker_binary()  # without the dev extra, say so before starting anything
     base.check_model_dir()
@@ -50,7 +70,16 @@ def run_dev(args: argparse.Namespace) -> int:
         redis = stack.enter_context(EmbeddedRedis(args.redis_port))
         say(f"redis    {redis.url}")
         settings = base.replace(kafka_bootstrap=kafka.bootstrap, redis_url=redis.url)
-        return loop.run(serve(settings, topic_partitions(settings, args.partitions)))
+        return loop.run(serve(settings, topic_partitions(settings, settings.topic_partitions)))
+
+
+def dev_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings of `args` and the environment, less the EMBEDDED ones' variables: the
+    embedded stack is its own (a production MODERATOR_KAFKA_* must not reach it)."""
+    ignored = {ENV_PREFIX + name.upper() for name in EMBEDDED}
+    environ = os.environ if environ is None else environ
+    given = {name: value for name, value in vars(args).items() if name in Settings.__slots__}
+    return Settings.from_env({k: v for k, v in environ.items() if k not in ignored}, **given)
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -30,19 +30,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog="loadgen",
         description="Produce chat messages on an open-loop schedule, match the decisions, "
         "and report latency from each message's scheduled send time.",
+        epilog="""examples:
+  loadgen --rate 200 --duration 30                  # against moderator dev on 127.0.0.1:9092
+  loadgen --bootstrap kafka:9092 --rate 1000 --json run.json --plot run.png  # plot: the plot extra
+  loadgen --find-max --start-rate 100 --step-duration 10""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
     add("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap HOST:PORT")
     add("--rate", type=float, default=100.0, help="messages per second (default 100)")
     add("--duration", type=float, default=10.0, help="seconds of sending (default 10)")
-    add("--arrivals", choices=[a.value for a in Arrivals], default=Arrivals.CONSTANT.value)
+    add("--arrivals", choices=[a.value for a in Arrivals], default=Arrivals.CONSTANT.value,
+        help="how sends are spaced")  # fmt: skip
     add("--dup-ratio", type=float, default=0.3, help="share of exact and near repeats (0.3)")
     add("--toxic-ratio", type=float, default=0.05, help="share of toxic lines (0.05)")
     add("--malformed-ratio", type=float, default=0.0, help="share of malformed records (0)")
     add("--channels", type=int, default=16, help="distinct channel ids, the Kafka key (16)")
-    add("--in-topic", default=DEFAULT_IN_TOPIC)
-    add("--out-topic", default=DEFAULT_OUT_TOPIC)
-    add("--dlq-topic", default=DEFAULT_DLQ_TOPIC)
+    add("--in-topic", default=DEFAULT_IN_TOPIC, help="where messages go")
+    add("--out-topic", default=DEFAULT_OUT_TOPIC, help="where decisions are read")
+    add("--dlq-topic", default=DEFAULT_DLQ_TOPIC, help="where dead letters are read")
     add("--partitions", type=int, default=4, help="partitions for topics loadgen creates (4)")
     add("--budget-ms", type=float, default=50.0, help="latency budget per message (50)")
     add("--drain-timeout", type=float, default=10.0, help="seconds to wait for the last decisions")
@@ -54,11 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("-v", "--verbose", action="store_true", help="debug logging")
     search = parser.add_argument_group("saturation search (--find-max)")
     search.add_argument("--find-max", action="store_true", help="search for the highest rate")
-    search.add_argument("--start-rate", type=float, default=50.0)
+    search.add_argument("--start-rate", type=float, default=50.0, help="first rate tried (50)")
     search.add_argument("--step-duration", type=float, default=10.0, help="seconds per step")
-    search.add_argument("--max-rate", type=float, default=100_000.0)
+    search.add_argument("--max-rate", type=float, default=100_000.0, help="highest rate tried")
     search.add_argument("--precision", type=float, default=0.1, help="stop within this ratio")
-    search.add_argument("--max-steps", type=int, default=14)
+    search.add_argument("--max-steps", type=int, default=14, help="steps at most (14)")
     return parser
 
 
@@ -127,6 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 2
+    if args.plot is not None:
+        from loadgen.plot import unavailable
+
+        if (why := unavailable()) is not None:
+            print(f"loadgen: {why}", file=sys.stderr)
+            return 2
     progress = None if args.quiet else print_progress
     try:
         if args.find_max:

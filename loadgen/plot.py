@@ -15,6 +15,17 @@ from loadgen.stats import percentile_ms
 from loadgen.summary import LoadSummary
 
 CURVE_NINES = 5  # the curve goes out to the 99.999th percentile
+PLOT_EXTRA_HINT = "pip install 'chat-moderator-tools[plot]'"
+
+
+def unavailable() -> str | None:
+    """Why no plot can be drawn here (matplotlib is missing), or None. Asked before a run, so a
+    missing extra is not found out after minutes of load."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        return f"--plot needs matplotlib ({exc}), which the plot extra installs: {PLOT_EXTRA_HINT}"
+    return None
 
 
 def percentile_curve(summary: LoadSummary, points: int = 200) -> tuple[list[float], list[float]]:

@@ -10,6 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+from models.commands import (
+    EXTRA_HINT,
+    SUBCOMMANDS,
+    WITHOUT_EXTRA,
+    missing_extra_modules,
+)
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "build" / "chat-minilm"
 NAME = "chat-minilm"
 
@@ -192,7 +199,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     model_dir: Path = args.model
     if not (model_dir / "manifest.json").is_file():
-        _say(f"no model at {model_dir}; run `python -m models build` first")
+        _say(f"no model at {model_dir}; run `make model` first (it builds and evaluates one)")
         return 2
     _say(f"evaluating {model_dir}")
     metrics = evaluate.run(model_dir, report=args.report)
@@ -263,39 +270,54 @@ def _ship(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from models import ship
     from models.evaluate import REPORT_FILE
+    from moderator.commandline import command
 
     p = argparse.ArgumentParser(prog="moderator model", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    b = sub.add_parser("build", help="train, export, fuse, quantize and evaluate the default model")
+    b = command(sub, "build", SUBCOMMANDS["build"], """
+        make model                                   # build, then ship it
+        moderator model build --out models/build/chat-minilm
+    """)  # fmt: skip
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model directory to write")
     b.add_argument("--report", type=Path, default=REPORT_FILE, help="where REPORT.md goes")
     b.add_argument("--per-tensor", action="store_true", help="per-tensor int8 (default: channel)")
     b.set_defaults(func=_build)
 
-    e = sub.add_parser("export", help="local HF sequence-classification checkpoint -> model dir")
-    e.add_argument("hf_dir", type=Path)
-    e.add_argument("out_dir", type=Path)
-    e.add_argument("--max-length", type=int, default=128)
+    e = command(sub, "export", SUBCOMMANDS["export"], """
+        moderator model export ./my-hf-checkpoint ./my-model
+        MODERATOR_MODEL_DIR=./my-model moderator run
+    """)  # fmt: skip
+    e.add_argument("hf_dir", type=Path, help="a Hugging Face sequence-classification checkpoint")
+    e.add_argument("out_dir", type=Path, help="the model directory to write")
+    e.add_argument("--max-length", type=int, default=128, help="tokens read per window (128)")
     e.add_argument("--name", default=None, help="manifest name (default: the folder's name)")
-    e.add_argument("--per-tensor", action="store_true")
+    e.add_argument("--per-tensor", action="store_true", help="per-tensor int8 (default: channel)")
     e.set_defaults(func=_export)
 
-    v = sub.add_parser("evaluate", help="regenerate models/REPORT.md and the manifest's metrics")
-    v.add_argument("--model", type=Path, default=DEFAULT_OUT)
-    v.add_argument("--report", type=Path, default=REPORT_FILE)
+    v = command(sub, "evaluate", SUBCOMMANDS["evaluate"], """
+        make report                                  # the model make model built
+        moderator model evaluate --model models/build/chat-minilm
+    """)  # fmt: skip
+    v.add_argument("--model", type=Path, default=DEFAULT_OUT, help="a built model directory")
+    v.add_argument("--report", type=Path, default=REPORT_FILE, help="where REPORT.md goes")
     v.set_defaults(func=_evaluate)
 
-    t = sub.add_parser("tradeoff", help="synthetic vs real text on weight mixes -> TRADEOFF.md")
+    t = command(sub, "tradeoff", SUBCOMMANDS["tradeoff"], """
+        make tradeoff                                # after make model
+        moderator model tradeoff --out /tmp/TRADEOFF.md
+    """)  # fmt: skip
     weights = DEFAULT_OUT.with_name(DEFAULT_OUT.name + ".weights.pt")
     t.add_argument("--weights", type=Path, default=weights, help="the build's trained weights")
     t.add_argument("--out", type=Path, default=None, help="default: models/TRADEOFF.md")
     t.set_defaults(func=_tradeoff)
 
-    from models import ship
-
-    h = sub.add_parser("ship", help="compare a rebuilt model with the shipped default, copy it")
+    h = command(sub, "ship", SUBCOMMANDS["ship"], """
+        moderator model ship --check                 # compare only
+        moderator model ship --from models/build/chat-minilm
+    """)  # fmt: skip
     h.add_argument("--from", dest="src", type=Path, default=ship.DEFAULT_FROM, help="rebuilt")
     h.add_argument("--to", dest="dst", type=Path, default=ship.DEFAULT_TO, help="shipped folder")
     h.add_argument("--lines", type=Path, default=ship.DEFAULT_LINES, help="TSV scored by both")
@@ -303,10 +325,17 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--check", action="store_true", help="compare only, copy nothing")
     h.set_defaults(func=_ship)
 
-    s = sub.add_parser("speed-shape", help="random-weight DistilBERT/BERT-base for benchmarks")
-    s.add_argument("out_dir", type=Path)
-    s.add_argument("--shape", choices=("distilbert-base", "bert-base"), default="distilbert-base")
-    s.add_argument("--per-tensor", action="store_true")
+    s = command(sub, "speed-shape", SUBCOMMANDS["speed-shape"], """
+        moderator model speed-shape /tmp/bert-base --shape bert-base
+    """)  # fmt: skip
+    s.add_argument("out_dir", type=Path, help="the model directory to write")
+    s.add_argument(
+        "--shape",
+        choices=("distilbert-base", "bert-base"),
+        default="distilbert-base",
+        help="the architecture's shape (distilbert-base)",
+    )
+    s.add_argument("--per-tensor", action="store_true", help="per-tensor int8 (default: channel)")
     s.set_defaults(func=_speed_shape)
     return p
 
@@ -324,6 +353,13 @@ def _quiet_transformers() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.command not in WITHOUT_EXTRA and (missing := missing_extra_modules()):
+        print(
+            f"moderator model {args.command} needs the model extra (missing: "
+            f"{', '.join(missing)}): {EXTRA_HINT}",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # onnxruntime's quantizer logs on the root logger (every tensor at INFO, and a generic
     # "consider pre-processing" WARNING on every call); keep our own warnings.

@@ -9,16 +9,16 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import IO
 
 import orjson
 
-from moderator import __version__, logs, loop, policy_admin
+from moderator import __version__, logs, loop, policy_admin, score
 from moderator.channel_policies import DEFAULT_KEY, layered
-from moderator.classifier import Classifier, ModelInfo
+from moderator.classifier import ModelInfo
+from moderator.commandline import command, log_flags
 from moderator.config import (
     DEFAULT_MODEL_DIR,
     Settings,
@@ -26,12 +26,11 @@ from moderator.config import (
     settings_from_args,
 )
 from moderator.errors import ConfigError, ModeratorError
-from moderator.logs import LOG_FORMATS, LOG_LEVELS, log_settings
+from moderator.logs import log_settings
 from moderator.policy import Policy, read_spec
 from moderator.redaction import protect, scrub
-from moderator.service import Moderator, reader_for
+from moderator.service import Moderator
 from moderator.topics import ensure_topics
-from moderator.verdicts import Reader, decide_texts
 
 log = logging.getLogger("moderator")
 
@@ -69,9 +68,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+# How to reach Kafka. Each `moderator policy` command reads these and the policies topic; `put`
+# and `list` judge policies over the policy file; `put` and `delete` create the topic when it
+# is missing, so the topic-creation setting applies to them.
+KAFKA_CONNECTION = (
+    "kafka_bootstrap",
+    "kafka_security_protocol",
+    "kafka_sasl_mechanism",
+    "kafka_sasl_username",
+    "kafka_sasl_password",
+    "kafka_ssl_cafile",
+    "kafka_ssl_certfile",
+    "kafka_ssl_keyfile",
+)
+POLICY_SETTINGS = {
+    "put": (*KAFKA_CONNECTION, "policy_topic", "policy", "topic_replication"),
+    "get": (*KAFKA_CONNECTION, "policy_topic"),
+    "delete": (*KAFKA_CONNECTION, "policy_topic", "topic_replication"),
+    "list": (*KAFKA_CONNECTION, "policy_topic", "policy"),
+}
+CHANNEL_HELP = "a channel id, or * for the default of every channel (quote it: '*')"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="moderator", description="Real-time chat moderation: Kafka in, decisions out."
+        prog="moderator",
+        description="Real-time chat moderation: Kafka in, decisions out.",
+        epilog="""examples:
+  moderator dev                                  # a broker, Redis and the moderator, here
+  moderator run --kafka-bootstrap kafka:9092     # against your Kafka and Redis
+  echo '{"text": "gg wp"}' | moderator score     # decide lines without Kafka
+  moderator policy list                          # per-channel policies in effect
+  moderator COMMAND --help                       # a command's options and examples""",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     log_flags(parser)
@@ -80,7 +109,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="the processor, against any Kafka and Redis")
+    run = command(
+        sub,
+        "run",
+        "the processor, against any Kafka and Redis",
+        """
+        moderator run --kafka-bootstrap kafka-1:9092,kafka-2:9092 --redis-url redis://cache:6379/0
+        MODERATOR_KAFKA_BOOTSTRAP=kafka:9092 moderator run --create-topics
+        moderator run --workers 4 --threads 1    # 4 processes in one group, one core each
+    """,
+    )
     add_setting_flags(run)
     run.add_argument("--create-topics", action="store_true", help="create missing topics first")
     # The old spelling of --topic-partitions (MODERATOR_TOPIC_PARTITIONS), still accepted.
@@ -92,64 +130,61 @@ def _parser() -> argparse.ArgumentParser:
     log_flags(run, argparse.SUPPRESS)
     run.set_defaults(command=_cmd_run)
 
-    score = sub.add_parser("score", help="JSON lines with `text` on stdin, decisions on stdout")
-    score.add_argument("--model", type=Path, default=None, help="model directory")
-    score.add_argument("--policy", type=Path, default=None, help="policy file (TOML or JSON)")
-    score.add_argument("--threads", type=int, default=None, help="intra-op threads")
-    score.add_argument("--batch", type=int, default=32, help="lines scored together")
-    score.add_argument(
-        "--max-windows",
-        type=int,
-        default=None,
-        help="windows read per message [MODERATOR_MAX_WINDOWS]",
-    )
-    log_flags(score, argparse.SUPPRESS)
-    score.set_defaults(command=_cmd_score)
+    score.register(sub)
 
-    pol = sub.add_parser("policy", help="per-channel policies on the policies topic")
+    pol = command(
+        sub,
+        "policy",
+        "per-channel policies on the policies topic",
+        """
+        moderator policy put speedrun speedrun.json
+        moderator policy put '*' house-default.toml
+        moderator policy list
+        moderator policy get speedrun
+        moderator policy delete speedrun
+    """,
+    )
     pol_sub = pol.add_subparsers(required=True, metavar="ACTION")
-    for name, help_text, args_ in (
+    for name, help_text, args_, examples in (
         (
             "put",
-            "publish a policy file (TOML or JSON) for CHANNEL (* = the default)",
+            "validate a policy file (TOML or JSON) over the default in effect, then publish it "
+            "for CHANNEL",
             ("channel", "file"),
+            "moderator policy put speedrun speedrun.json\nmoderator policy put '*' default.toml",
         ),
-        ("get", "print CHANNEL's policy as JSON", ("channel",)),
+        (
+            "get",
+            "print CHANNEL's policy, as written, as JSON",
+            ("channel",),
+            "moderator policy get speedrun",
+        ),
         (
             "delete",
             "remove CHANNEL's policy (a tombstone): the default applies again",
             ("channel",),
+            "moderator policy delete speedrun",
         ),
-        ("list", "every channel with a policy, and its name@version", ()),
+        (
+            "list",
+            "every channel with a policy, and the name@version that decides it",
+            (),
+            "moderator policy list\nmoderator policy list --kafka-bootstrap kafka:9092",
+        ),
     ):
-        cmd = pol_sub.add_parser(name, help=help_text)
+        cmd = command(pol_sub, name, help_text, examples)
         for arg in args_:
-            cmd.add_argument(arg, type=Path if arg == "file" else str)
-        add_setting_flags(cmd)
+            if arg == "file":
+                cmd.add_argument(arg, type=Path, help="the policy, a TOML or JSON file")
+            else:
+                cmd.add_argument(arg, help=CHANNEL_HELP)
+        add_setting_flags(cmd, POLICY_SETTINGS[name])
         log_flags(cmd, argparse.SUPPRESS)
         cmd.set_defaults(command=_cmd_policy, action=name)
 
     for plugin in sorted(entry_points(group=COMMANDS), key=lambda ep: ep.name):
         plugin.load()(sub)
     return parser
-
-
-def log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
-    """`--log-format` and `--log-level`, before or after the command (`moderator run --log-…`);
-    a command's copy defaults to SUPPRESS so it does not erase the value given before it."""
-    parser.add_argument(
-        "--log-format",
-        default=default,
-        choices=LOG_FORMATS,
-        help="text | json lines [MODERATOR_LOG_FORMAT, default: text]",
-    )
-    parser.add_argument(
-        "--log-level",
-        default=default,
-        type=str.upper,
-        choices=LOG_LEVELS,
-        help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: INFO]",
-    )
 
 
 class _Version(argparse.Action):
@@ -254,12 +289,14 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     if not settings.policy_topic:
         raise ConfigError("MODERATOR_POLICY_TOPIC is empty: there is no policies topic")
     topic, kafka = settings.policy_topic, settings.kafka_options()
+    state = loop.run(policy_admin.read_state(kafka, topic, Policy.load(settings.policy)))
     if args.action == "delete":
+        if args.channel not in state.live.keys() | state.refused.keys():
+            say(f"{topic}: {args.channel} has no policy, nothing removed (the default applies)")
+            return 0
         loop.run(policy_admin.write(kafka, topic, args.channel, None, settings.topic_replication))
         say(f"{topic}: {args.channel} removed (the default applies)")
-        return 0
-    state = loop.run(policy_admin.read_state(kafka, topic, Policy.load(settings.policy)))
-    if args.action == "put":
+    elif args.action == "put":
         spec = read_spec(args.file)
         below = state.book.base if args.channel == DEFAULT_KEY else state.book.default
         checked = layered(below.spec, spec, str(args.file))
@@ -271,79 +308,12 @@ def _cmd_policy(args: argparse.Namespace) -> int:
             return 1
         print(orjson.dumps(state.live[args.channel], option=orjson.OPT_INDENT_2).decode())
     else:  # list: what the moderators make of each key's last record
-        for key in sorted(state.live.keys() | state.refused.keys()):
+        keys = sorted(state.live.keys() | state.refused.keys())
+        for key in keys:
             print(f"{key}\t{state.listed(key)}")
-    return 0
-
-
-# -- score -------------------------------------------------------------------------------------
-
-
-def _cmd_score(args: argparse.Namespace) -> int:
-    settings = Settings.from_env(
-        model_dir=args.model,
-        threads=args.threads,
-        policy=args.policy,
-        max_windows=args.max_windows,
-    )
-    settings.check_model_dir()
-    classifier = Classifier(settings.model_dir, threads=settings.effective_threads)
-    reader = reader_for(settings, classifier)  # once: the language gate takes ~0.5 s to load
-    policy = Policy.load(settings.policy)
-    policy.check_labels(classifier.labels)
-    failures = 0
-    for chunk in _chunks(sys.stdin, max(args.batch, 1)):
-        failures += decide_lines(chunk, reader, policy, sys.stdout)
-    return 1 if failures else 0
-
-
-def _chunks(stream: IO[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for line in stream:
-        if line.strip():
-            chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def decide_lines(lines: list[str], reader: Reader, policy: Policy, out: IO[str]) -> int:
-    """Write one decision (or one error) per JSON line, in order; return the error count."""
-    rows: list[dict[str, object]] = []
-    texts: list[str] = []
-    for line in lines:
-        try:
-            data = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            rows.append({"error": {"code": "invalid_json", "message": str(exc)}})
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("text"), str):
-            message = "each line must be a JSON object with a string field 'text'"
-            rows.append({"error": {"code": "missing_field", "message": message}})
-            continue
-        row = {k: data[k] for k in ("message_id", "channel_id", "user_id") if k in data}
-        row["text"] = data["text"]
-        rows.append(row)
-        texts.append(data["text"])
-    decided = iter(decide_texts(reader, policy, texts))
-    for row in rows:
-        if "error" not in row:
-            judged = next(decided)
-            verdict = judged.verdict
-            row.update(
-                action=verdict.action,
-                reason=verdict.reason,
-                severity=verdict.severity,
-                scores={k: round(v, 4) for k, v in judged.scores.items()},
-                model=reader.classifier.info.ident,
-                policy=policy.ident,
-                span=judged.span,
-                truncated=judged.truncated,
+        if not keys:  # on stderr: stdout stays one line per policy for scripts
+            print(
+                f"no policies on {topic}: every channel gets {state.book.default.ident}",
+                file=sys.stderr,
             )
-            if judged.language is not None:
-                row["language"] = judged.language
-        out.write(orjson.dumps(row).decode() + "\n")
-    out.flush()
-    return sum(1 for row in rows if "error" in row)
+    return 0

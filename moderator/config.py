@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,8 @@ HELP = {
     "dlq_topic": "dead-letter topic for bad records",
     "group_id": "Kafka consumer group",
     "auto_offset_reset": "where a group with no committed offset starts: earliest (the whole "
-    "retained topic) | latest (new messages only)",
+    "retained topic) | latest (new messages only; on the embedded Tansu broker, also the rest of "
+    "each partition's last batch: README, Configuration)",
     "redis_url": "verdict cache; empty disables it",
     "model_dir": "model directory (model.onnx, tokenizer.json, manifest.json); the shipped "
     "default model if unset",
@@ -322,10 +323,11 @@ def _convert(f: dataclasses.Field[Any], raw: Any, env_name: str) -> Any:
         raise ConfigError(f"{env_name}: {raw!r} is not a valid {name}") from None
 
 
-def add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    """One `--flag` per setting, each defaulting to 'not given' so the environment applies."""
+def add_setting_flags(parser: argparse.ArgumentParser, only: Collection[str] = ()) -> None:
+    """One `--flag` per setting (`only` those named, if any: a command offers the settings it
+    reads), each defaulting to 'not given' so the environment applies."""
     group = parser.add_argument_group("settings (each also read from MODERATOR_<NAME>)")
-    for f in dataclasses.fields(Settings):
+    for f in (f for f in dataclasses.fields(Settings) if not only or f.name in only):
         flag = "--" + f.name.replace("_", "-")
         env_name = ENV_PREFIX + f.name.upper()
         group.add_argument(

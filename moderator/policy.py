@@ -5,8 +5,9 @@ A label's score maps to a severity (`low`, `medium`, `high`) by thresholds, and 
 each label's severities to actions, so "block high threats, nudge medium insults, allow low
 profanity" is one policy. The actions are data, least severe first: by default `nudge`, `review`
 (a human should look) and `block`, and a policy may list its own (`actions = ["warn", "block"]`).
-The older form, a threshold per action (`threat = {review = 0.6, block = 0.97}`), is still read:
-its actions take the top severities (by default `nudge` low, `review` medium, `block` high).
+A label may instead give a threshold per action (`threat = {review = 0.6, block = 0.97}`): its
+actions take the top severities (by default `nudge` low, `review` medium, `block` high). Both
+forms are current; the shipped default uses this one, as models/tuning.py tunes it.
 
 Text in a language the model does not read gets the policy's `unsupported_language` action
 (default `review`; `allow` lets it through), when that is more severe than the model's verdict.
@@ -70,7 +71,7 @@ class Rule(NamedTuple):
 
     @property
     def by_action(self) -> dict[str, float]:
-        """The score at which each action starts (the older form of a rule)."""
+        """The score at which each action starts (the threshold-per-action form of a rule)."""
         out: dict[str, float] = {}
         action = ALLOW
         for level in SEVERITIES:
@@ -315,10 +316,10 @@ def _rule(
     numbers = [_is_number(v) for v in spec.values() if v is not None]
     if any(numbers) and not all(numbers):
         raise PolicyError(
-            f"{where} mixes thresholds (numbers, the older form) with actions per "
+            f"{where} mixes thresholds per action (numbers) with actions per "
             "severity (names): use one form"
         )
-    if any(numbers):  # the older form: a threshold per action
+    if any(numbers):  # a threshold per action
         if set(spec) - set(actions) or len(actions) > len(SEVERITIES):
             allowed = ", ".join(repr(a) for a in actions)
             raise PolicyError(f"{where} may only set {allowed}")

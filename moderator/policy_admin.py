@@ -41,15 +41,18 @@ class TopicState:
         return self.book.own(key)
 
     def listed(self, key: str) -> str:
-        """`name@version` of what decides `key`, or why the moderators refuse its last record."""
+        """`name@version` of what decides `key`; for a last record the moderators refuse, what
+        was written, why it is refused, and what decides `key` instead (its earlier policy, or
+        the default)."""
         spec, effect = self.live.get(key, {}), self.in_effect(key)
-        written = f"{spec.get('name', '?')}@{spec.get('version', '?')}"
         if key in self.refused:
-            kept = f" (in effect: {effect.ident})" if effect is not None else ""
-            return f"{written}\tREJECTED: {self.refused[key]}{kept}"
-        if effect is None:  # valid when written, not over the default the topic holds now
-            return f"{written}\tREJECTED: not valid over the default {self.book.default.ident}"
-        return effect.ident
+            why = self.refused[key]
+        elif effect is None:  # valid when written, not over the default the topic holds now
+            why = f"not valid over the default {self.book.default.ident}"
+        else:
+            return effect.ident
+        written = f"{spec.get('name', '?')}@{spec.get('version', '?')}"
+        return f"{written}\tREJECTED: {why} (in effect: {(effect or self.book.default).ident})"
 
 
 async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy) -> TopicState:
@@ -58,7 +61,6 @@ async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy)
     consumer = AIOKafkaConsumer(
         **kafka_options, group_id=None, enable_auto_commit=False, client_id="moderator-policy-cli"
     )
-    await start_client(consumer, kafka_options, "reading the policies")
     state = TopicState(PolicyBook(base))
 
     def keep(r: ConsumerRecord[bytes, bytes]) -> None:
@@ -75,7 +77,8 @@ async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy)
         except PolicyError as exc:
             state.refused[key] = str(exc)
 
-    try:
+    try:  # closed on every path: a failed start too ("Unclosed AIOKafkaConsumer" otherwise)
+        await start_client(consumer, kafka_options, "reading the policies")
         await read_to_end(consumer, topic, keep)
         return state
     finally:
@@ -94,8 +97,8 @@ async def write(
         kafka_options, {topic: 1}, configs={topic: TOPIC_CONFIG}, replication=replication
     )
     producer = AIOKafkaProducer(**kafka_options, acks="all", client_id="moderator-policy-cli")
-    await start_client(producer, kafka_options, "publishing the policy")
     try:
+        await start_client(producer, kafka_options, "publishing the policy")
         value = None if spec is None else orjson.dumps(spec)
         await producer.send_and_wait(topic, value, key=key.encode())
     finally:

@@ -96,30 +96,32 @@ def parse_message(value: bytes | None, *, timestamp_ms: int, max_bytes: int) -> 
         raise InvalidRecord("not_object", f"the value is JSON {type(data).__name__}, not an object")
     ids = []
     for name in REQUIRED_IDS:
-        ids.append(_required(data, name))
+        ids.append(required_string(data, name))
         if not ids[-1]:
             raise InvalidRecord("empty_field", f"'{name}' must not be empty")
-    text = _required(data, "text")
+    text = required_string(data, "text")
     sent_at_ms = data.get("sent_at_ms")
     if sent_at_ms is None:
         sent_at_ms = timestamp_ms
     elif type(sent_at_ms) is not int:
         raise InvalidRecord(
-            "wrong_type", f"'sent_at_ms' must be an integer, got {_json_type(sent_at_ms)}"
+            "wrong_type", f"'sent_at_ms' must be an integer, got {json_type(sent_at_ms)}"
         )
     return ChatMessage(ids[0], ids[1], ids[2], text, sent_at_ms)
 
 
-def _required(data: Mapping[str, Any], name: str) -> str:
+def required_string(data: Mapping[str, Any], name: str) -> str:
+    """`data[name]`, or InvalidRecord: `missing_field`, or `wrong_type` if not a string."""
     if name not in data:
         raise InvalidRecord("missing_field", f"the required field '{name}' is missing")
     value = data[name]
     if not isinstance(value, str):
-        raise InvalidRecord("wrong_type", f"'{name}' must be a string, got {_json_type(value)}")
+        raise InvalidRecord("wrong_type", f"'{name}' must be a string, got {json_type(value)}")
     return value
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for error messages."""
     names = {
         bool: "boolean",
         int: "integer",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import subprocess
 import sys
 import time
@@ -167,6 +168,12 @@ def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_
     good, bad = tmp_path / "potato.json", tmp_path / "bad.toml"
     good.write_text(json.dumps(POTATO))
     bad.write_text('name = "bad"\nversion = 1\n[labels.insult]\nhigh = "obliterate"\n')
+    empty = _cli(settings, "list")
+    assert (empty.returncode, empty.stdout) == (0, ""), "stdout: one line per policy, no more"
+    assert f"no policies on {settings.policy_topic}: every channel gets {DEFAULT}" in empty.stderr
+    nothing = _cli(settings, "delete", "c-1")
+    assert nothing.returncode == 0, nothing.stderr
+    assert "c-1 has no policy, nothing removed (the default applies)" in nothing.stdout
     put = _cli(settings, "put", "c-1", str(good))
     assert put.returncode == 0, put.stderr
     assert "c-1 → no-potatoes@1" in put.stdout
@@ -188,6 +195,7 @@ def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_
     assert rows[1].startswith(
         "c-3\traw@1\tREJECTED: policy for 'c-3': labels.insult.high: 'obliterate'"
     )
+    assert rows[1].endswith(f"(in effect: {DEFAULT})"), "no earlier policy: the default decides"
     asyncio.run(policy_admin.write(settings.kafka_options(), settings.policy_topic, "c-3", None))
     # A default the moderators refuse: they keep the policy file's, and so does the command;
     # channel policies are judged over what is in effect, not over the refused record.
@@ -202,8 +210,30 @@ def test_the_policy_command_puts_gets_lists_and_deletes(settings: Settings, tmp_
     again = _cli(settings, "put", "c-1", str(good))
     assert again.returncode == 0, again.stderr
     asyncio.run(policy_admin.write(settings.kafka_options(), settings.policy_topic, "*", None))
-    assert _cli(settings, "delete", "c-1").returncode == 0
+    deleted = _cli(settings, "delete", "c-1")
+    assert deleted.returncode == 0
+    assert "c-1 removed (the default applies)" in deleted.stdout
     missing = _cli(settings, "get", "c-1")
     assert missing.returncode == 1
     assert "no policy for 'c-1'" in missing.stderr
     assert _cli(settings, "list").stdout == ""
+
+
+@pytest.mark.parametrize("action", [["list"], ["get", "c-1"], ["delete", "c-1"], ["put", "c-1"]])
+def test_a_failed_policy_command_closes_its_kafka_clients(
+    settings: Settings, tmp_path: Path, action: list[str]
+) -> None:
+    """No broker at the address: one error and exit 69, with no `ERROR asyncio: Unclosed
+    AIOKafkaConsumer` after it. (A server that is not Kafka fails the same way, after aiokafka's
+    40 s request timeout.)"""
+    if action[0] == "put":
+        (tmp_path / "p.json").write_text(json.dumps(POTATO))
+        action = [*action, str(tmp_path / "p.json")]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    done = _cli(settings.replace(kafka_bootstrap=closed), *action)
+    assert done.returncode == 69, done.stderr
+    assert "moderator: error: reading the policies could not connect to Kafka" in done.stderr
+    assert "Unclosed" not in done.stderr
+    assert "Traceback" not in done.stderr

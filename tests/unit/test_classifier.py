@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from moderator.batcher import SCORER_THREAD_NAME, MicroBatcher, batch_sizes
 from moderator.cache import KEY_PREFIX, LruCache, cache_key
 from moderator.classifier import HEAD_CHARS_PER_TOKEN, Classifier
-from moderator.cli import decide_lines
 from moderator.errors import ModelError
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
 from moderator.policy import DEFAULT_ACTIONS, Policy
+from moderator.score import decide_lines
 from moderator.verdicts import Reader
 
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import orjson
 import pytest
 
-from moderator import __version__
+from moderator import __version__, progress
 from moderator.classifier import ModelInfo
 from moderator.cli import main
 from moderator.config import DEFAULT_MODEL_DIR
 from moderator.errors import EX_CONFIG
+from moderator.score import SCORE_INPUT
 from moderator.workers import SUPERVISED_FLAG, worker_argv
 
 
@@ -46,6 +48,53 @@ def test_score_reads_a_long_line_in_windows_up_to_max_windows(
     assert row["truncated"] is True
     assert row["span"] != [0, len(friendly)]
     assert row["action"] != "allow"  # unread text is never silently allowed
+
+
+def test_score_names_the_line_and_the_expected_format_of_bad_input(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain text used to get a bare `invalid_json`, and `{"text": 5}` `missing_field`; line
+    numbers count every input line (blank ones too) across batches."""
+    lines = ["hello there", "", '{"text": 5}', "[1, 2]", '{"txt": "gg"}', '{"text": "gg wp"}']
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert main(["score", "--batch", "2"]) == 1
+    out, err = capsys.readouterr()
+    rows = [orjson.loads(line) for line in out.splitlines()]
+    errors = [(row["line"], row["error"]["code"]) for row in rows if "error" in row]
+    assert errors == [(1, "invalid_json"), (3, "wrong_type"), (4, "not_object"),
+                      (5, "missing_field")]  # fmt: skip
+    for row in rows[:-1]:
+        message = row["error"]["message"]
+        assert message.startswith(f"line {row['line']}: ")
+        assert message.endswith(f"expected {SCORE_INPUT}")
+    assert rows[-1]["text"] == "gg wp"
+    assert "action" in rows[-1]
+    assert "4 line(s) not decided (their 'error' on stdout names the line)" in err
+    assert "\r" not in err, "no progress bar when stderr is not a terminal"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_score_draws_a_progress_bar_on_a_terminal_and_erases_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    source = tmp_path / "chat.jsonl"
+    source.write_text("".join(f'{{"text": "line {i}"}}\n' for i in range(40)))
+    terminal = Terminal()
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)  # drawn from the first batch on
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    with source.open() as stdin:
+        monkeypatch.setattr("sys.stdin", stdin)
+        monkeypatch.setattr("sys.stderr", terminal)
+        assert main(["score", "--batch", "10"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 40
+    drawn = terminal.getvalue()
+    assert drawn.count("scoring [") == 4
+    assert "100% 40 lines" in drawn
+    assert drawn.endswith(progress.ERASE)
 
 
 def test_version_names_the_package_and_the_default_model(

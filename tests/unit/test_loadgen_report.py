@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import orjson
 import pytest
 
 from loadgen import LoadConfig, LoadSummary, find_max, format_summary
+from loadgen import cli as loadgen_cli
 from loadgen.cli import build_parser, config_from_args, format_steps, main
 from loadgen.hop import HopResult
 from loadgen.machine import cpu_flags, machine_label
@@ -158,6 +160,25 @@ def test_cli_flags_make_the_config() -> None:
 def test_cli_refuses_bad_settings_with_status_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--rate", "0"]) == 2
     assert "rate must be positive" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_is_refused_before_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the plot extra, `--plot` used to crash with ModuleNotFoundError after the run."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails
+
+    def no_run(*_: object, **__: object) -> None:
+        raise AssertionError("the load ran before the missing extra was reported")
+
+    monkeypatch.setattr(loadgen_cli, "run_load", no_run)
+    monkeypatch.setattr(loadgen_cli, "find_max", no_run)
+    for extra in ([], ["--find-max"]):
+        assert main(["--plot", str(tmp_path / "p.png"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "--plot needs matplotlib" in err
+        assert "pip install 'chat-moderator-tools[plot]'" in err
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_config_refuses_the_same_topic_twice() -> None:

@@ -60,7 +60,7 @@ def test_a_new_default_is_merged_under_every_channel() -> None:
 
 
 def test_a_channel_invalid_over_a_new_default_falls_back_to_it() -> None:
-    # A base in the severity form: the older form caps a policy at three actions.
+    # A base in the severity form: a threshold per action caps a policy at three actions.
     base = {"name": "base", "version": 1, "labels": {"insult": {"high": "block"}}}
     book = PolicyBook(Policy.from_mapping(base))
     book.apply(DEFAULT_KEY, spec(name="house", actions=["nudge", "warn", "block"]))
