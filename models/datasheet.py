@@ -141,8 +141,13 @@ def _labelled_table(
             s.description,
             s.provenance,
         )
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out.append(_row(cells))
     return out
+
+
+def _row(cells: Sequence[str]) -> str:
+    """One Markdown table row, a `|` inside a cell escaped."""
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
 def render(
@@ -195,7 +200,7 @@ def render(
             s.description,
             s.provenance,
         )
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out.append(_row(cells))
     caps = ", ".join(
         f"`{n}` {c['train']:,} / {c['dev']:,} / {c['test']:,}" for n, c in realdata.CAPS.items()
     )

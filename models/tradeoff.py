@@ -55,15 +55,8 @@ def measure(
     in corpus.LABELS order).
     """
     labels = corpus.LABELS
-    tuned = realtext.tune(
-        scores["dev_benign"],
-        scores["dev_toxic"],
-        labels,
-        max_flag=tuning.MAX_FLAG,
-        max_block=tuning.MAX_BLOCK,
-        max_review=tuning.MAX_REVIEW,
-        groups=scores.get("dev_groups"),
-        max_group_flag=tuning.MAX_GROUP_FLAG,
+    tuned = tuning.tune_within_limits(
+        scores["dev_benign"], scores["dev_toxic"], labels, scores.get("dev_groups")
     )
     table = tuned["table"]
     syn_flag, _ = realtext.flag_block(scores["synthetic"], labels, table)

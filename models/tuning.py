@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,10 +176,15 @@ def summary(result: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dict[str, Any]:
-    """Tune, write the policy file (version bumped if the thresholds changed), and return why."""
-    benign, toxic, labels, families, groups = dev_scores(model_dir)
-    result = realtext.tune(
+def tune_within_limits(
+    benign: Any,
+    toxic: Any,
+    labels: Sequence[str],
+    groups: Any | None,
+    families: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """`realtext.tune` under the build's limits (the build and `tradeoff` tune alike)."""
+    return realtext.tune(
         benign,
         toxic,
         labels,
@@ -190,6 +195,12 @@ def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dic
         groups=groups,
         max_group_flag=MAX_GROUP_FLAG,
     )
+
+
+def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dict[str, Any]:
+    """Tune, write the policy file (version bumped if the thresholds changed), and return why."""
+    benign, toxic, labels, families, groups = dev_scores(model_dir)
+    result = tune_within_limits(benign, toxic, labels, groups, families)
     result.update(
         dev_benign_lines=len(benign), dev_toxic_lines=len(toxic), dev_group_lines=len(groups)
     )
