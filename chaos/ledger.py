@@ -43,6 +43,7 @@ class Ledger:
     first_ms: dict[str, float] = field(default_factory=dict)  # first decision's arrival
     arrivals: list[str] = field(default_factory=list)  # message ids in decision-arrival order
     counts: Counter[str] = field(default_factory=Counter)
+    finals: Counter[str] = field(default_factory=Counter)  # held messages' final decisions
     degraded: set[str] = field(default_factory=set)
     actions: Counter[str] = field(default_factory=Counter)
     dead: dict[bytes, str] = field(default_factory=dict)  # dead letter key -> error code
@@ -71,6 +72,9 @@ class Ledger:
             self.bad_decisions += 1
             return
         mid = decision.message_id
+        if decision.final:  # a held message's second decision: counted apart, not a duplicate
+            self.finals[mid] += 1
+            return
         self.counts[mid] += 1
         if mid in self.first_ms:
             return

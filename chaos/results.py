@@ -66,6 +66,8 @@ class ScenarioResult:
         self.decided = ledger.decided
         self.lost = len(ledger.lost())
         self.duplicated = ledger.duplicates
+        if ledger.finals:  # held messages' final decisions: their own count, never duplicates
+            self.figure("final decisions", sum(ledger.finals.values()))
         self.p99_ms = ledger.p_ms(0.99)
         if fault_ms is not None:
             self.first_s = ledger.first_decision_after(fault_ms)

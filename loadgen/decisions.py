@@ -17,6 +17,9 @@ class Decision(NamedTuple):
     degraded: bool
     total_ms: float | None  # latency_ms.total: the moderator's own view of the latency
     decided_at_ms: int | None
+    # A held message's final decision (a human's verdict or the review timeout), beside the one
+    # decision per input message: harnesses count it apart, never as a duplicate.
+    final: bool = False
 
 
 def read_decision(value: bytes | None) -> Decision | None:
@@ -36,6 +39,7 @@ def read_decision(value: bytes | None) -> Decision | None:
         degraded=data.get("degraded") is True,
         total_ms=_total_ms(data.get("latency_ms")),
         decided_at_ms=decided_at if _is_int(decided_at) else None,
+        final=data.get("final") is True,
     )
 
 

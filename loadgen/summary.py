@@ -39,6 +39,7 @@ class LoadSummary:
     decided: int
     missing: int
     duplicates: int
+    finals: int
     foreign: int
     bad_decisions: int
     send_errors: int
@@ -76,6 +77,7 @@ class LoadSummary:
             decided=decided,
             missing=missing,
             duplicates=tracker.duplicates,
+            finals=tracker.finals,
             foreign=tracker.foreign,
             bad_decisions=tracker.bad_decisions,
             send_errors=tracker.send_errors,
@@ -125,6 +127,7 @@ class LoadSummary:
             "decided": self.decided,
             "missing": self.missing,
             "duplicates": self.duplicates,
+            "final_decisions": self.finals,
             "foreign_decisions": self.foreign,
             "bad_decisions": self.bad_decisions,
             "send_errors": self.send_errors,
@@ -170,7 +173,7 @@ def format_summary(summary: LoadSummary) -> str:
         f"loadgen {s.run_id}: {s.arrivals} {s.rate:g}/s for {s.duration_s:g} s "
         f"(offered {s.offered_rate_per_s:.1f}/s) on {_machine(s.machine)}",
         f"  sent {s.sent}  decided {s.decided}  missing {s.missing}  duplicates {s.duplicates}"
-        f"  throughput {s.throughput_per_s:.1f}/s",
+        f"  final {s.finals}  throughput {s.throughput_per_s:.1f}/s",
         f"  latency  p50 {_ms(s.p(50))}  p90 {_ms(s.p(90))}  p99 {_ms(s.p(99))}"
         f"  p99.9 {_ms(s.p(99.9))}  max {_ms(s.p(100))}",
         f"  budget {s.budget_ms:g} ms: over budget {_ratio(s.over_budget_ratio)}"

@@ -46,6 +46,14 @@ def test_a_second_decision_for_a_message_is_a_duplicate(tracker: DecisionTracker
     assert tracker.latency.get_total_count() == 1
 
 
+def test_a_final_decision_for_a_held_message_is_counted_apart(tracker: DecisionTracker) -> None:
+    tracker.on_decision(decision("lgrun-3", action="review"), now_s=103.1)
+    tracker.on_decision(decision("lgrun-3", action="block", final=True), now_s=110.0)
+    tracker.on_decision(decision("lgrun-3", action="block", final=True), now_s=110.5)
+    assert (tracker.decided, tracker.duplicates, tracker.finals) == (1, 0, 2)
+    assert tracker.latency.get_total_count() == 1  # the human's wait is not the moderator's
+
+
 def test_other_runs_and_garbage_are_counted_apart(tracker: DecisionTracker) -> None:
     tracker.on_decision(decision("lgother-1"), now_s=100.0)
     tracker.on_decision(b"not json", now_s=100.0)
