@@ -51,6 +51,7 @@ class Ledger:
     diverted: dict[tuple[int, int], float] = field(default_factory=dict)  # source → first seen
     diverted_decided_ms: dict[tuple[int, int], int | None] = field(default_factory=dict)
     bad_decisions: int = 0
+    finals: Counter[str] = field(default_factory=Counter)  # held messages' final decisions
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -71,6 +72,9 @@ class Ledger:
             self.bad_decisions += 1
             return
         mid = decision.message_id
+        if decision.final:  # no duplicate: at most one per held message, after the first
+            self.finals[mid] += 1
+            return
         self.counts[mid] += 1
         if mid in self.first_ms:
             return

@@ -17,6 +17,7 @@ class Decision(NamedTuple):
     degraded: bool
     total_ms: float | None  # latency_ms.total: the moderator's own view of the latency
     decided_at_ms: int | None
+    final: bool = False  # the final decision of a held message: no duplicate of the first
 
 
 def read_decision(value: bytes | None) -> Decision | None:
@@ -36,6 +37,7 @@ def read_decision(value: bytes | None) -> Decision | None:
         degraded=data.get("degraded") is True,
         total_ms=_total_ms(data.get("latency_ms")),
         decided_at_ms=decided_at if _is_int(decided_at) else None,
+        final=data.get("final") is True,
     )
 
 

@@ -39,6 +39,7 @@ class LoadSummary:
     decided: int
     missing: int
     duplicates: int
+    finals: int
     foreign: int
     bad_decisions: int
     send_errors: int
@@ -76,6 +77,7 @@ class LoadSummary:
             decided=decided,
             missing=missing,
             duplicates=tracker.duplicates,
+            finals=tracker.finals,
             foreign=tracker.foreign,
             bad_decisions=tracker.bad_decisions,
             send_errors=tracker.send_errors,
@@ -125,6 +127,7 @@ class LoadSummary:
             "decided": self.decided,
             "missing": self.missing,
             "duplicates": self.duplicates,
+            "final_decisions": self.finals,
             "foreign_decisions": self.foreign,
             "bad_decisions": self.bad_decisions,
             "send_errors": self.send_errors,

@@ -45,6 +45,7 @@ class DecisionTracker:
     send_errors: int = 0
     decided: int = 0
     duplicates: int = 0
+    finals: int = 0  # final decisions of held messages (after a verdict or a timeout)
     foreign: int = 0
     bad_decisions: int = 0
     cached: int = 0
@@ -93,6 +94,9 @@ class DecisionTracker:
         decision = read_decision(value)
         if decision is None:
             self.bad_decisions += 1
+            return
+        if decision.final:  # at most one more per held message: counted apart
+            self.finals += 1
             return
         message_id = decision.message_id
         pending = self._pending.pop(message_id, None)
