@@ -1,13 +1,15 @@
 """Held messages: a `review` decision's message, kept until a human's verdict or its timeout.
 
-In Redis (the score cache's client and circuit breaker): `moderator:held:<message_id>`, a hash
-of the held message as JSON (`record`), its `state` (`held`, `timing_out`, `final`) and what
-ended it (`by`: a verdict's `topic/partition/offset`, or `timeout`), and a due index (the
-sorted set `moderator:held:due`, by when each times out), so any instance applies a verdict or
-times a message out. What must happen once runs as a Lua script, atomic in Redis: the first
-verdict ends a held message; the same verdict record redelivered after a crash finds it ended
-by itself and is applied again (its final decision republished: a duplicate, never a dead
-letter); any other later verdict is `late`. A timeout claims its message with a lease
+In Redis (the score cache's client and circuit breaker): `moderator:held:<group>:<message_id>`,
+a hash of the held message as JSON (`record`), its `state` (`held`, `timing_out`, `final`) and
+what ended it (`by`: a verdict's `topic/partition/offset`, or `timeout`), and a due index (the
+sorted set `moderator:held:<group>:due`, by when each times out), so any instance of the
+consumer group `<group>` applies a verdict or times a message out; another deployment sharing
+the Redis (staging beside production) never ends, nor publishes for, this one's messages.
+What must happen once runs as a Lua script, atomic in Redis: the first verdict ends a held
+message; the same verdict record redelivered after a crash finds it ended by itself and is
+applied again (its final decision republished: a duplicate, never a dead letter); any other
+later verdict is `late`. A timeout claims its message with a lease
 (`timing_out`): an instance that dies before its final decision is acknowledged leaves it to
 another, and `settle` ends it once acknowledged. The scripts build keys besides their KEYS:
 one Redis, not a cluster.
@@ -33,8 +35,7 @@ from moderator.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-PREFIX = "moderator:held:"
-DUE_KEY = "moderator:held:due"
+PREFIX = "moderator:held:"  # then the consumer group, then a message id (or `due`)
 CONTEXT_PREFIX = "moderator:ctx:"
 HELD_MARGIN_S = 86_400  # past its timeout: moderators all down for less than this lose no timeout
 FINAL_KEEP_S = 86_400  # an ended message is kept this long: a late verdict is told from unknown
@@ -128,8 +129,10 @@ def context_key(channel_id: str) -> str:
 class HeldStore:
     """Held messages and the channels' context rings, in Redis or, while it is away, here."""
 
-    def __init__(self, cache: Redis, metrics: Metrics, *, timeout_s: float) -> None:
+    def __init__(self, cache: Redis, metrics: Metrics, *, group: str, timeout_s: float) -> None:
         self.cache = cache
+        self.prefix = f"{PREFIX}{group}:"  # the held messages of the instances of `group`
+        self.due_key = f"{self.prefix}due"
         self.metrics = metrics
         self.timeout_s = timeout_s  # what the messages' path waits for Redis
         self._local: dict[str, _Local] = {}
@@ -161,7 +164,7 @@ class HeldStore:
                 pipe.ltrim(key, -ring_size, -1)
                 pipe.expire(key, ring_ttl_s)
             for h in held:
-                _write(pipe, h, "held")
+                self._write(pipe, h, "held")
             try:
                 replies = await asyncio.wait_for(pipe.execute(), self.timeout_s)
             except REDIS_ERRORS as exc:
@@ -183,7 +186,7 @@ class HeldStore:
         if client is not None:
             try:
                 status, raw = await asyncio.wait_for(
-                    client.eval(_APPLY, 2, *(PREFIX + message_id, DUE_KEY), *args), SLOW_S
+                    client.eval(_APPLY, 2, self.prefix + message_id, self.due_key, *args), SLOW_S
                 )
             except REDIS_ERRORS as exc:
                 self.cache.failed(exc)
@@ -207,7 +210,8 @@ class HeldStore:
             try:
                 await self._move_to_redis(client)
                 reply = await asyncio.wait_for(
-                    client.eval(_CLAIM, 1, DUE_KEY, now_ms, limit, LEASE_MS, PREFIX), SLOW_S
+                    client.eval(_CLAIM, 1, self.due_key, now_ms, limit, LEASE_MS, self.prefix),
+                    SLOW_S,
                 )
             except REDIS_ERRORS as exc:
                 self.cache.failed(exc)
@@ -235,9 +239,9 @@ class HeldStore:
             return  # a lease left in Redis is claimed again: a duplicate, never a loss
         pipe = client.pipeline(transaction=False)
         for message_id in message_ids:
-            pipe.hset(PREFIX + message_id, "state", "final")
-            pipe.expire(PREFIX + message_id, FINAL_KEEP_S)
-            pipe.zrem(DUE_KEY, message_id)
+            pipe.hset(self.prefix + message_id, "state", "final")
+            pipe.expire(self.prefix + message_id, FINAL_KEEP_S)
+            pipe.zrem(self.due_key, message_id)
         try:
             await asyncio.wait_for(pipe.execute(), SLOW_S)
         except REDIS_ERRORS as exc:
@@ -250,11 +254,25 @@ class HeldStore:
             return
         pipe = client.pipeline(transaction=False)
         for local in moving.values():
-            _write(pipe, local.held, local.state, local.by)
+            self._write(pipe, local.held, local.state, local.by)
         await asyncio.wait_for(pipe.execute(), SLOW_S)
         for message_id in moving:
             del self._local[message_id]
         log.info("moved %d held messages from this process to redis", len(moving))
+
+    def _write(self, pipe: Any, held: Held, state: str, by: str = "") -> None:
+        """Queue on `pipe` the commands that hold `held` in `state` unless it is held already."""
+        key = self.prefix + held["message_id"]
+        pipe.hsetnx(key, "record", orjson.dumps(held))
+        pipe.hsetnx(key, "state", state)
+        if by:
+            pipe.hsetnx(key, "by", by)
+        if state == "held":
+            timeout_s = (held["expires_at_ms"] - held["held_at_ms"]) // 1000
+            pipe.expire(key, max(timeout_s, 1) + HELD_MARGIN_S)
+            pipe.zadd(self.due_key, {held["message_id"]: held["expires_at_ms"]}, nx=True)
+        else:
+            pipe.expire(key, FINAL_KEEP_S)
 
     def _fallen_back(self, n: int) -> None:
         self.metrics.review_fallbacks.inc(n)
@@ -269,18 +287,3 @@ class HeldStore:
         if self._degraded:
             self._degraded = False
             log.info("redis is back: held messages and review context are kept there again")
-
-
-def _write(pipe: Any, held: Held, state: str, by: str = "") -> None:
-    """Queue on `pipe` the commands that hold `held` in `state` unless it is held already."""
-    key = PREFIX + held["message_id"]
-    pipe.hsetnx(key, "record", orjson.dumps(held))
-    pipe.hsetnx(key, "state", state)
-    if by:
-        pipe.hsetnx(key, "by", by)
-    if state == "held":
-        timeout_s = (held["expires_at_ms"] - held["held_at_ms"]) // 1000
-        pipe.expire(key, max(timeout_s, 1) + HELD_MARGIN_S)
-        pipe.zadd(DUE_KEY, {held["message_id"]: held["expires_at_ms"]}, nx=True)
-    else:
-        pipe.expire(key, FINAL_KEEP_S)

@@ -24,7 +24,8 @@ from typing import Any
 
 import orjson
 
-from moderator.held import Held, HeldStore
+from moderator.config import Settings
+from moderator.held import Held, HeldStore, Redis
 from moderator.metrics import Metrics
 from moderator.policy import Policy
 from moderator.records import ChatMessage, Outcome
@@ -181,3 +182,17 @@ class Review:
             value = encode_review(held, context, context_missing=rings is None)
             outcomes[i] = outcomes[i]._replace(review=value, review_key=held["message_id"].encode())
         return outcomes
+
+
+def review_for(s: Settings, metrics: Metrics, redis: Redis, labels: Iterable[str]) -> Review:
+    """The moderator's hook, its held messages in `redis` (the score cache's) under its group."""
+    # A pipeline of writes, not one read: four times what a cache lookup waits.
+    wait_s = s.redis_timeout_ms * 4 / 1000
+    store = HeldStore(redis, metrics, group=s.group_id, timeout_s=wait_s)
+    return Review(
+        store,
+        metrics,
+        context=s.review_context,
+        context_bytes=s.review_context_bytes,
+        labels=labels,
+    )

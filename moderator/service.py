@@ -27,7 +27,6 @@ from moderator.config import Settings
 from moderator.connect import start_client, stop_within
 from moderator.degrade import fallback_for
 from moderator.finals import TimeoutSweeper
-from moderator.held import HeldStore
 from moderator.intake import Fetched, Intake
 from moderator.language import LanguageGate
 from moderator.ledger import Entry
@@ -35,7 +34,7 @@ from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
-from moderator.review import Review
+from moderator.review import Review, review_for
 from moderator.tasks import Supervisor, cancel
 from moderator.verdict_intake import Overrides, VerdictIntake
 from moderator.verdicts import Reader
@@ -120,14 +119,13 @@ class Moderator:
         policies = PolicyBook.load(s.policy, classifier.labels)
         self._cache = cache = _cache(s, m)
         await self._own(cache, cache.start())
-        held = HeldStore(cache, m, timeout_s=cache.timeout_s * 4)  # the loop's Redis state
         scorer = MicroBatcher(
             classifier, max_batch=s.max_batch, metrics=m, concurrency=s.scoring_layout[1]
         )
         await self._own(scorer, scorer.start())
         tasks.watch(_started(scorer.task))
-        review = Review(held, m, context=s.review_context, context_bytes=s.review_context_bytes,
-                        labels=classifier.labels)  # fmt: skip
+        review = review_for(s, m, cache, classifier.labels)  # held messages, context, records
+        held = review.store
         self._pipeline = _pipeline(s, m, reader, policies, scorer, cache, review)
         intake = self._intake = Intake(
             s, m, on_assigned=self._assigned, on_abandoned=self._abandoned

@@ -34,7 +34,7 @@ async def caches(fresh_redis: EmbeddedRedis) -> AsyncIterator[list[ScoreCache]]:
 
 
 def stores(caches: list[ScoreCache]) -> list[HeldStore]:
-    return [HeldStore(cache, Metrics(), timeout_s=1.0) for cache in caches]
+    return [HeldStore(cache, Metrics(), group="g", timeout_s=1.0) for cache in caches]
 
 
 def held(message_id: str, expires_at_ms: int) -> dict[str, Any]:
@@ -104,7 +104,7 @@ async def test_what_was_held_here_while_redis_was_away_moves_there_when_it_is_ba
     caches: list[ScoreCache],
 ) -> None:
     cache = Away(caches[0])
-    one, two = HeldStore(cache, Metrics(), timeout_s=1.0), stores(caches)[1]
+    one, two = HeldStore(cache, Metrics(), group="g", timeout_s=1.0), stores(caches)[1]
     assert await one.hold([held("m-1", 10**13), held("m-2", 10**13)], {}, [], ring_size=4,
                           ring_ttl_s=60) is None  # fmt: skip
     assert (await one.apply("m-2", "v/0/1")).status == "applied", "decided here meanwhile"

@@ -154,7 +154,7 @@ def held(i: int, expires_at_ms: int) -> dict[str, Any]:
 
 async def test_without_redis_a_held_message_is_decided_once_here() -> None:
     metrics = Metrics()
-    store = HeldStore(NoRedis(enabled=True), metrics, timeout_s=0.1)
+    store = HeldStore(NoRedis(enabled=True), metrics, group="g", timeout_s=0.1)
     assert await store.hold([held(1, 100), held(2, 100)], {}, [], ring_size=5, ring_ttl_s=5) is None
     assert metrics.registry.get_sample_value("moderator_review_fallbacks_total") == 2
     assert (await store.apply("m-1", "v/0/1")).status == "applied"
@@ -170,5 +170,5 @@ async def test_without_redis_a_held_message_is_decided_once_here() -> None:
 
 
 async def test_with_redis_disabled_an_unknown_message_is_simply_not_held() -> None:
-    store = HeldStore(NoRedis(enabled=False), Metrics(), timeout_s=0.1)
+    store = HeldStore(NoRedis(enabled=False), Metrics(), group="g", timeout_s=0.1)
     assert (await store.apply("m-404", "v/0/3")).status == "not_held"
