@@ -105,3 +105,12 @@ def test_a_record_the_moderator_dead_letters_is_never_expected_to_be_decided() -
     ledger.on_input(too_large, 0, 0)
     assert ledger.junk_inputs == 1
     assert ledger.lost() == []
+
+
+def test_a_final_decision_is_no_duplicate_and_is_counted_apart() -> None:
+    lg = Ledger()
+    sent(lg, 0, at_ms=1000)
+    decided(lg, 0, 1010, action="review", final=False)
+    decided(lg, 0, 5000, action="block", final=True)
+    assert (lg.decided, lg.duplicates, lg.finals["m-0"]) == (1, 0, 1)
+    assert lg.actions == {"review": 1}
