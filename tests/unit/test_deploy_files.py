@@ -22,11 +22,11 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from moderator.channel_policies import TOPIC_CONFIG
-from moderator.verdict_intake import GROUP_SUFFIX
 from moderator.config import Settings
 from moderator.connect import STOP_TIMEOUT_S
 from moderator.intake import FINAL_COMMIT_MIN_S
 from moderator.loop import LEFTOVER_TIMEOUT_S
+from moderator.verdict_intake import GROUP_SUFFIX
 from tests.promql import (
     ALERT_RULES,
     DASHBOARD,
