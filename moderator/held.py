@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -112,10 +113,14 @@ class _Local:
     held: Held
     state: str = "held"
     by: str = ""
+    ended_ms: int = 0  # when it became final: forgotten FINAL_KEEP_S later, as Redis would
+
+    def end(self, by: str) -> None:
+        self.state, self.by, self.ended_ms = "final", by, int(time.time() * 1000)
 
     def apply(self, verdict_id: str) -> Applied:
         if self.state == "held":
-            self.state, self.by = "final", verdict_id
+            self.end(verdict_id)
             return Applied("applied", self.held)
         if self.by == verdict_id:
             return Applied("again", self.held)
@@ -218,6 +223,9 @@ class HeldStore:
             else:
                 self.metrics.held_messages.set(int(reply[0]) + len(self._local))
                 return [orjson.loads(raw) for raw in reply[1:]]
+        ended_before = now_ms - FINAL_KEEP_S * 1000
+        for message_id in [k for k, v in self._local.items() if 0 < v.ended_ms < ended_before]:
+            del self._local[message_id]
         due = [
             local
             for local in self._local.values()
@@ -233,7 +241,7 @@ class HeldStore:
         for message_id in message_ids:
             local = self._local.get(message_id)
             if local is not None:
-                local.state = "final"
+                local.end("timeout")
         client = self.cache.client
         if client is None or not message_ids:
             return  # a lease left in Redis is claimed again: a duplicate, never a loss

@@ -3,6 +3,7 @@ final decisions as their schemas say, a policy's review settings, the held-messa
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -10,7 +11,7 @@ import pytest
 
 from moderator.errors import InvalidRecord, PolicyError
 from moderator.finals import encode_final, final_key
-from moderator.held import HeldStore, RedisUnavailable
+from moderator.held import FINAL_KEEP_S, HeldStore, RedisUnavailable
 from moderator.metrics import Metrics
 from moderator.policy import Policy, read_spec
 from moderator.records import ChatMessage, Outcome, Verdict, parse_verdict
@@ -172,3 +173,14 @@ async def test_without_redis_a_held_message_is_decided_once_here() -> None:
 async def test_with_redis_disabled_an_unknown_message_is_simply_not_held() -> None:
     store = HeldStore(NoRedis(enabled=False), Metrics(), group="g", timeout_s=0.1)
     assert (await store.apply("m-404", "v/0/3")).status == "not_held"
+
+
+async def test_without_redis_what_was_decided_is_forgotten_as_redis_would_forget_it() -> None:
+    store = HeldStore(NoRedis(enabled=False), Metrics(), group="g", timeout_s=0.1)
+    await store.hold([held(1, 10**13)], {}, [], ring_size=5, ring_ttl_s=5)
+    assert (await store.apply("m-1", "v/0/1")).status == "applied"
+    now_ms = int(time.time() * 1000)
+    await store.claim_due(now_ms)
+    assert (await store.apply("m-1", "v/0/2")).status == "late", "kept a while"
+    await store.claim_due(now_ms + FINAL_KEEP_S * 1000 + 1000)
+    assert (await store.apply("m-1", "v/0/3")).status == "not_held", "then forgotten"
