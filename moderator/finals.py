@@ -6,7 +6,9 @@ scores, model, policy, span and key (the original decision's, so it lands with i
 its action is the verdict or the policy's `review_fallback`, its reason `verdict:<moderator_id>`
 or `review_timeout`. It is sent directly on the moderator's producer and re-sent until the
 broker acknowledges it: only then is the verdict's offset committed, or the timed-out message
-settled (moderator/held.py), so a crash in between repeats it, never loses it.
+settled (moderator/held.py), so a crash in between repeats it, never loses it. A timeout's
+final decision has no input record to dead-letter in its place: one the broker refuses for good
+is re-sent until taken (a verdict's is diverted, moderator/verdict_intake.py).
 """
 
 from __future__ import annotations
