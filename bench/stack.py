@@ -154,7 +154,7 @@ async def drain(
                 for records in batches.values():
                     for record in records:
                         decision = read_decision(record.value)
-                        if decision is None:
+                        if decision is None or decision.final:
                             continue
                         mid = decision.message_id
                         if mid in wanted and mid not in seen:

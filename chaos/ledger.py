@@ -43,7 +43,6 @@ class Ledger:
     first_ms: dict[str, float] = field(default_factory=dict)  # first decision's arrival
     arrivals: list[str] = field(default_factory=list)  # message ids in decision-arrival order
     counts: Counter[str] = field(default_factory=Counter)
-    finals: Counter[str] = field(default_factory=Counter)  # held messages' final decisions
     degraded: set[str] = field(default_factory=set)
     actions: Counter[str] = field(default_factory=Counter)
     dead: dict[bytes, str] = field(default_factory=dict)  # dead letter key -> error code
@@ -52,6 +51,7 @@ class Ledger:
     diverted: dict[tuple[int, int], float] = field(default_factory=dict)  # source → first seen
     diverted_decided_ms: dict[tuple[int, int], int | None] = field(default_factory=dict)
     bad_decisions: int = 0
+    finals: Counter[str] = field(default_factory=Counter)  # held messages' final decisions
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ class Ledger:
             self.bad_decisions += 1
             return
         mid = decision.message_id
-        if decision.final:  # a held message's second decision: counted apart, not a duplicate
+        if decision.final:  # no duplicate: at most one per held message, after the first
             self.finals[mid] += 1
             return
         self.counts[mid] += 1

@@ -28,7 +28,7 @@ from chaos.stage import BUDGET_MS, Stage, drain_rate
 from devstack.child import ModeratorChild, read_status_kb
 from loadgen.kafka import TopicSet
 from moderator.config import Settings
-from moderator.publisher import RETRY_BACKOFF_S, RETRY_JITTER
+from moderator.refusal import RETRY_BACKOFF_S, RETRY_JITTER
 
 log = logging.getLogger(__name__)
 

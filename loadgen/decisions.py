@@ -17,9 +17,7 @@ class Decision(NamedTuple):
     degraded: bool
     total_ms: float | None  # latency_ms.total: the moderator's own view of the latency
     decided_at_ms: int | None
-    # A held message's final decision (a human's verdict or the review timeout), beside the one
-    # decision per input message: harnesses count it apart, never as a duplicate.
-    final: bool = False
+    final: bool = False  # the final decision of a held message: no duplicate of the first
 
 
 def read_decision(value: bytes | None) -> Decision | None:

@@ -45,7 +45,7 @@ class DecisionTracker:
     send_errors: int = 0
     decided: int = 0
     duplicates: int = 0
-    finals: int = 0  # final decisions for held messages (at most one each, plus repeats)
+    finals: int = 0  # final decisions of held messages (after a verdict or a timeout)
     foreign: int = 0
     bad_decisions: int = 0
     cached: int = 0
@@ -95,10 +95,10 @@ class DecisionTracker:
         if decision is None:
             self.bad_decisions += 1
             return
-        message_id = decision.message_id
-        if decision.final:  # the held message's second, final decision: not a duplicate
+        if decision.final:  # at most one more per held message: counted apart
             self.finals += 1
             return
+        message_id = decision.message_id
         pending = self._pending.pop(message_id, None)
         if pending is None:
             if message_id in self._done or message_id in self._malformed_done:

@@ -102,6 +102,13 @@ LANGUAGE_COMMENT = (
     "# Text the language gate names as a language the model does not read (it reads English)."
 )
 UNSUPPORTED_LANGUAGE = 'unsupported_language = "review"'
+# How long a held (`review`) message waits for a moderator, and what it gets when none decided
+# (moderator/review_rules.py says why `allow`).
+REVIEW_COMMENT = (
+    "# A held (review) message waits this long for a moderator's verdict; then it gets the\n"
+    "# fallback action (allow: the model was unsure, and nobody looked; moderator/review_rules.py)."
+)
+REVIEW_RULES = 'review_timeout_s = 600\nreview_fallback = "allow"'
 
 
 def render_policy(table: dict[str, dict[str, float]], header: str, version: int) -> str:
@@ -116,7 +123,7 @@ def render_policy(table: dict[str, dict[str, float]], header: str, version: int)
         "toxicity",
     )
     lines = [header, 'name = "default"', f"version = {version}"]
-    lines += [LANGUAGE_COMMENT, UNSUPPORTED_LANGUAGE, ""]
+    lines += [LANGUAGE_COMMENT, UNSUPPORTED_LANGUAGE, REVIEW_COMMENT, REVIEW_RULES, ""]
     for label in order:
         if label not in table:
             continue

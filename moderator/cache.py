@@ -102,6 +102,16 @@ class ScoreCache:
         """False while the breaker is open (Redis failed and has not answered a probe since)."""
         return self._redis_up.is_set()
 
+    @property
+    def client(self) -> aioredis.Redis | None:
+        """The Redis client while the breaker is closed, for the loop's shared state
+        (moderator/held.py); None while Redis is disabled or down."""
+        return self._redis if self._redis_up.is_set() else None
+
+    def failed(self, exc: BaseException) -> None:
+        """A call through `client` failed or timed out: open the breaker until a probe answers."""
+        self._trip(exc)
+
     async def start(self) -> None:
         if not self.redis_enabled or self._redis is not None:
             return

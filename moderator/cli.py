@@ -233,7 +233,9 @@ async def create_topics(settings: Settings, topics: dict[str, int]) -> None:
 
 
 def topic_partitions(settings: Settings, partitions: int) -> dict[str, int]:
-    return {settings.in_topic: partitions, settings.out_topic: partitions, settings.dlq_topic: 1}
+    """The topics `--create-topics` and `moderator dev` make (the policies topic makes itself)."""
+    topics = (settings.in_topic, settings.out_topic, settings.review_topic, settings.verdict_topic)
+    return {**dict.fromkeys(topics, partitions), settings.dlq_topic: 1}
 
 
 async def serve(

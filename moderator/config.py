@@ -10,10 +10,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from moderator.errors import ConfigError
-from moderator.redaction import redact_url, url_secrets
+from moderator.redaction import redact_url, redis_url_problem, url_secrets
 
 ENV_PREFIX = "MODERATOR_"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +33,7 @@ def available_cores() -> int:
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 OFFSET_RESETS = ("earliest", "latest")
+TOPICS = ("in_topic", "out_topic", "dlq_topic", "policy_topic", "review_topic", "verdict_topic")
 # What a late cache miss gets under overload (moderator/degrade.py); `off` waits for the model.
 DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
@@ -53,6 +53,10 @@ HELP = {
     "policy": "policy file (TOML or JSON); the default policy if unset",
     "policy_topic": "compacted topic of per-channel policies (key: channel id, or * for the "
     "default), read whole at start and followed; empty: only the policy file",
+    "review_topic": "topic of review records: every review decision with its channel's context",
+    "verdict_topic": "topic of moderators' verdicts on held messages (key: message id)",
+    "review_context": "messages of the channel before a held one, sent with it (0: none)",
+    "review_context_bytes": "UTF-8 bytes of context texts sent with a held message, at most",
     "threads": "threads the model scores on (capped at the cores we may use)",
     "batch_threads": "intra-op threads one batch runs on; threads // batch_threads batches "
     "run at once",
@@ -101,6 +105,10 @@ class Settings:
     model_dir: Path = DEFAULT_MODEL_DIR
     policy: Path | None = None
     policy_topic: str = "chat.policies"
+    review_topic: str = "chat.review"
+    verdict_topic: str = "chat.verdicts"
+    review_context: int = 5
+    review_context_bytes: int = 4096
     threads: int = DEFAULT_THREADS
     batch_threads: int = 1
     budget_ms: float = 50.0
@@ -140,25 +148,26 @@ class Settings:
             host, _, port = hostport.strip().rpartition(":")
             if not host or not port.isdigit():
                 raise bad("kafka_bootstrap", f"{hostport!r} is not host:port")
-        for name in ("in_topic", "out_topic", "dlq_topic", "group_id"):
-            if not getattr(self, name).strip():
+        for name in (*TOPICS, "group_id"):
+            if name != "policy_topic" and not getattr(self, name).strip():
                 raise bad(name, "must not be empty")
-        if self.policy_topic.strip() in (self.in_topic, self.out_topic, self.dlq_topic):
-            raise bad("policy_topic", "must differ from the other three topics")
         if len({self.in_topic, self.out_topic, self.dlq_topic}) != 3:
             raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
-        if self.redis_url:
-            self._check_redis_url(bad)
+        for i, name in enumerate(TOPICS[3:], 3):  # each optional topic differs from the above
+            if getattr(self, name).strip() in [getattr(self, n) for n in TOPICS[:i]]:
+                raise bad(name, "must differ from the other topics")
+        if self.redis_url and (problem := redis_url_problem(self.redis_url)):
+            raise bad("redis_url", problem)
         positive = ("threads", "batch_threads", "budget_ms", "max_batch", "max_in_flight",
                     "max_windows", "max_record_bytes", "cache_ttl_s", "redis_timeout_ms",
                     "commit_interval_s", "shutdown_timeout_s", "topic_partitions",
-                    "topic_replication")  # fmt: skip
+                    "topic_replication", "review_context_bytes")  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")
         if self.session_timeout_ms < 1000:
             raise bad("session_timeout_ms", f"must be at least 1000, got {self.session_timeout_ms}")
-        for name in ("l1_cache_size", "fetch_max_wait_ms", "publish_attempts"):
+        for name in ("l1_cache_size", "fetch_max_wait_ms", "publish_attempts", "review_context"):
             if getattr(self, name) < 0:
                 raise bad(name, f"must not be negative, got {getattr(self, name)}")
         if not 0 <= self.metrics_port <= 65535:
@@ -182,22 +191,6 @@ class Settings:
             raise bad("denylist", f"{self.denylist} is not a file")
         if self.policy is not None and not self.policy.is_file():
             raise bad("policy", f"{self.policy} is not a file")
-
-    def _check_redis_url(self, bad: Callable[[str, str], ConfigError]) -> None:
-        # The URL is never echoed: it may hold a password.
-        parts = urlsplit(self.redis_url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise bad("redis_url", "must be a redis://, rediss:// or unix:// URL, or empty")
-        try:
-            parts.port  # noqa: B018 - raises for a port that is not a number
-        except ValueError:
-            parts = parts._replace(fragment="x")
-        if parts.fragment:
-            raise bad(
-                "redis_url",
-                "is not a valid URL: percent-encode '#', '/', '?' and '%' "
-                "in the user name and password",
-            )
 
     def __repr__(self) -> str:
         """Settings without secrets: no SASL password, no password in the Redis URL."""

@@ -7,7 +7,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -49,6 +49,7 @@ DEFAULT_ACTIONS = ("allow", "nudge", "review", "block")  # moderator/policy.py D
 DEAD_LETTER_REASONS = (  # moderator/schemas/dead-letter-headers.schema.json's enum
     *("empty_value", "too_large", "not_utf8", "invalid_json", "not_object"),
     *("missing_field", "wrong_type", "empty_field", "publish_failed"),
+    *("invalid_verdict", "verdict_not_held"),  # verdicts (moderator/verdict_intake.py)
 )
 CACHE_LOOKUPS = (("l1", "hit"), ("l1", "miss"), ("redis", "hit"), ("redis", "miss"),
                  ("inflight", "hit"))  # fmt: skip
@@ -56,6 +57,10 @@ STAGES = ("queue", "score", "total")
 REFUSED_OUTCOMES = ("decision", "dead_letter", "receipt")
 COMMIT_RESULTS = ("ok", "failed")
 POLICY_RESULTS = ("applied", "removed", "rejected")
+VERDICTS = ("allow", "nudge", "block")  # moderator/records.py VERDICTS
+VERDICT_OUTCOMES = ("applied", "late", "not_held", "invalid")
+# What holds a message besides a model label (the reason's head: `unsupported_language:fr`).
+HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none")
 
 # Liveness: the event loop stamps a heartbeat this often; /healthz fails once the stamp is older
 # than the bound (a loop blocked that long serves nothing; a model batch runs off the loop).
@@ -149,6 +154,32 @@ class Metrics:
             "result",
         )
         self.policies = gauge("channel_policies", "Channels with a policy of their own")
+        self.review_records = counter(
+            "review_records", "Review records published (one per review decision)"
+        )
+        self.review_fallbacks = counter(
+            "review_fallbacks",
+            "Messages held in this process, their review record without context, because Redis "
+            "was down, slow or disabled",
+        )
+        self.held_messages = gauge(
+            "held_messages", "Messages awaiting a verdict or their timeout (this instance's view)"
+        )
+        self.review_timeouts = counter(
+            "review_timeouts", "Held messages timed out to their policy's review_fallback"
+        )
+        self.verdicts = counter(
+            "verdicts",
+            "Verdicts applied to held messages (the first per message), by the action the "
+            "model's decision had, the human's verdict, and the label or reason that held it",
+            *("model_action", "verdict", "label"),
+        )
+        self.verdict_outcomes = counter(
+            "verdict_outcomes",
+            "Verdicts read: applied, late (a second one for a message), not_held (unknown, "
+            "expired or timed out: dead-lettered) or invalid (dead-lettered)",
+            "outcome",
+        )
         self.model = Info("model", "The model being served", namespace=NAMESPACE, registry=r)
         # process_* (memory, CPU, open fds, start time: restarts) and python_* (GC, version),
         # as the default registry has them; this registry is the one /metrics serves.
@@ -163,6 +194,13 @@ class Metrics:
         _precreate(self.publish_refused, *REFUSED_OUTCOMES)
         _precreate(self.commits, *COMMIT_RESULTS)
         _precreate(self.policy_updates, *POLICY_RESULTS)
+        _precreate(self.verdict_outcomes, *VERDICT_OUTCOMES)
+
+    def precreate_verdicts(self, labels: Iterable[str]) -> None:
+        """Every agreement series at 0: a held message's label is one of the model's `labels`
+        or a reason that holds without one."""
+        for label in (*labels, *HOLD_REASONS):
+            _precreate(self.verdicts, *(("review", v, label) for v in VERDICTS))
 
 
 class _Handler(BaseHTTPRequestHandler):

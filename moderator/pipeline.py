@@ -37,6 +37,7 @@ from moderator.records import (
     encode_decision,
     parse_message,
 )
+from moderator.review import Review
 from moderator.verdicts import Judged, Reader, Screened, judge, screen
 
 
@@ -75,6 +76,7 @@ class Pipeline:
         budget_ms: float,
         fallback: Fallback | None = None,
         reader: Reader | None = None,
+        review: Review | None = None,
     ) -> None:
         self.classifier = classifier
         self.reader = reader if reader is not None else Reader(classifier)
@@ -89,6 +91,7 @@ class Pipeline:
         self.max_record_bytes = max_record_bytes
         self.budget_ms = budget_ms
         self.fallback = fallback
+        self.review = review  # after deciding: context rings, held messages, review records
         self.model_ident = classifier.info.ident
         self.model_sha256 = classifier.info.sha256  # what the cache keys on
         self._model_calls: dict[bytes, asyncio.Future[ModelResult]] = {}  # by cache key
@@ -151,6 +154,12 @@ class Pipeline:
             m.outcome = self._decide_on_scores(
                 m, fetched, s.scores, cached=False, score_s=s.score_s, queued_s=s.queued_s
             )
+        if self.review is not None and messages:  # hook: after every decision of the batch
+            decided = [(m.chat, m.policy, m.decided) for m in messages]
+            for m, outcome in zip(
+                messages, await self.review.after_decisions(decided), strict=True
+            ):
+                m.outcome = outcome
         return [slot if isinstance(slot, Outcome) else slot.decided for slot in slots]
 
     def _submit(self, m: _Message) -> None:

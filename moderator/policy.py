@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from moderator.errors import PolicyError
+from moderator.review_rules import review_rules
 from moderator.terms import (
     SEVERITIES,
     Term,
@@ -192,6 +193,7 @@ class Policy:
         allow = data.get("allow", [])
         if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
             raise PolicyError(f"{source}: 'allow' must be a list of non-empty strings")
+        review_rules(data, known, source)  # validated here, read where a message is held
         language = data.get("unsupported_language", REVIEW)
         if language not in (REVIEW, *known):
             raise PolicyError(f"{source}: 'unsupported_language' must be one of {', '.join(known)}")

@@ -31,13 +31,10 @@ from moderator.intake import Fetched
 from moderator.ledger import Entry
 from moderator.metrics import Metrics
 from moderator.records import InboundRecord, Outcome
-from moderator.refusal import describe, divert, is_refusal
+from moderator.refusal import RETRY_BACKOFF_S, RETRY_JITTER, describe, divert, is_refusal
 from moderator.tasks import Supervisor, cancel
 
 log = logging.getLogger(__name__)
-
-RETRY_BACKOFF_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
-RETRY_JITTER = 0.5  # each back-off is drawn from [0.5x, 1.5x]
 
 
 class Producer(Protocol):
@@ -81,6 +78,7 @@ class Publisher:
         out_topic: str,
         dlq_topic: str,
         publish_attempts: int,
+        review_topic: str = "",
         metrics: Metrics,
         on_acked: Callable[[Entry], None],
         supervisor: Supervisor,
@@ -89,12 +87,13 @@ class Publisher:
         self.producer = producer
         self.out_topic = out_topic
         self.dlq_topic = dlq_topic
+        self.review_topic = review_topic
         self.publish_attempts = publish_attempts
         self.metrics = metrics
         self._on_acked = on_acked
         self._supervisor = supervisor
         self._backoff_s = tuple(backoff_s)
-        self._unacked: dict[Entry, _Delivery] = {}
+        self._unacked: dict[Entry, list[_Delivery]] = {}  # a decision, and its review record
         self._last_ack: dict[str, float] = {}  # topic → when the broker last took a record
         self._partitioner = DefaultPartitioner()
         self._retries: set[asyncio.Task[None]] = set()
@@ -102,24 +101,27 @@ class Publisher:
 
     async def publish(self, batch: Sequence[Fetched], outcomes: Sequence[Outcome]) -> None:
         """Send `outcomes`, one per record of `batch`, in order, after those given before; each
-        is re-sent until acknowledged (or its entry is abandoned)."""
+        is re-sent until acknowledged (or its entry is abandoned). A `review` decision's review
+        record goes right after it; its entry is acknowledged once both are."""
         for (entry, record), outcome in zip(batch, outcomes, strict=True):
             topic = self.dlq_topic if outcome.dead_letter else self.out_topic
-            delivery = _Delivery(entry, record, topic, outcome)
-            if not entry.abandoned:
-                self._unacked[entry] = delivery
-            self._watch(delivery, await self._send(topic, outcome))
+            deliveries = [_Delivery(entry, record, topic, outcome)]
+            if outcome.review is not None:
+                review = Outcome(outcome.review_key, outcome.review, outcome.headers)
+                deliveries.append(_Delivery(entry, record, self.review_topic, review))
+            if not entry.abandoned:  # every part registered before any can be acknowledged
+                self._unacked[entry] = list(deliveries)
+            for delivery in deliveries:
+                self._watch(delivery, await self._send(delivery.topic, delivery.outcome))
 
     def abandon(self, entries: Iterable[Entry]) -> None:
         """Stop re-sending outcomes of entries given up (their partition moved elsewhere)."""
         for entry in entries:
-            delivery = self._unacked.pop(entry, None)
-            if delivery is None:
-                continue
-            if delivery.retry is not None:
-                delivery.retry.cancel()
-            if delivery.future is not None and not delivery.future.done():
-                delivery.future.cancel()
+            for delivery in self._unacked.pop(entry, ()):
+                if delivery.retry is not None:
+                    delivery.retry.cancel()
+                if delivery.future is not None and not delivery.future.done():
+                    delivery.future.cancel()
 
     async def stop(self) -> None:
         """Cancel every pending re-send, then stop the producer. Idempotent."""
@@ -176,10 +178,16 @@ class Publisher:
         self._last_ack[delivery.topic] = time.monotonic()
         if delivery.outcome.dead_letter:
             self.metrics.dead_letters.labels(delivery.outcome.error_code).inc()
+        elif delivery.outcome.action is None:  # a review record
+            self.metrics.review_records.inc()
         else:
             self.metrics.decisions.labels(delivery.outcome.action).inc()
-        self._unacked.pop(delivery.entry, None)
-        self._on_acked(delivery.entry)
+        parts = self._unacked.get(delivery.entry, [])
+        if delivery in parts:
+            parts.remove(delivery)
+        if not parts:  # the last part of its outcome (or its entry was given up)
+            self._unacked.pop(delivery.entry, None)
+            self._on_acked(delivery.entry)
 
     def _schedule_retry(self, delivery: _Delivery, exc: BaseException) -> None:
         backoff_s = self._backoff_s[min(delivery.attempts, len(self._backoff_s) - 1)]

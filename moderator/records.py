@@ -54,6 +54,8 @@ class Outcome(NamedTuple):
     headers: list[tuple[str, bytes]]
     action: str | None = None  # a decision's action
     error_code: str | None = None  # a dead letter's reason (its `moderator.error.code`)
+    review: bytes | None = None  # a `review` decision's review record (moderator/review.py)
+    review_key: bytes | None = None  # its key: the message id
 
     @property
     def dead_letter(self) -> bool:
@@ -76,6 +78,25 @@ def parse_message(value: bytes | None, *, timestamp_ms: int, max_bytes: int) -> 
     `timestamp_ms` (the record's broker timestamp) stands in for a missing `sent_at_ms`.
     Unknown fields are allowed and ignored.
     """
+    data = _json_object(value, max_bytes=max_bytes)
+    ids = []
+    for name in REQUIRED_IDS:
+        ids.append(required_string(data, name))
+        if not ids[-1]:
+            raise InvalidRecord("empty_field", f"'{name}' must not be empty")
+    text = required_string(data, "text")
+    sent_at_ms = data.get("sent_at_ms")
+    if sent_at_ms is None:
+        sent_at_ms = timestamp_ms
+    elif type(sent_at_ms) is not int:
+        raise InvalidRecord(
+            "wrong_type", f"'sent_at_ms' must be an integer, got {json_type(sent_at_ms)}"
+        )
+    return ChatMessage(ids[0], ids[1], ids[2], text, sent_at_ms)
+
+
+def _json_object(value: bytes | None, *, max_bytes: int) -> dict[str, Any]:
+    """`value` as a JSON object, or InvalidRecord naming what it is instead."""
     if value is None:
         raise InvalidRecord("empty_value", "the record has no value (a tombstone?)")
     if len(value) > max_bytes:
@@ -94,20 +115,7 @@ def parse_message(value: bytes | None, *, timestamp_ms: int, max_bytes: int) -> 
         raise InvalidRecord("invalid_json", f"the value is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRecord("not_object", f"the value is JSON {type(data).__name__}, not an object")
-    ids = []
-    for name in REQUIRED_IDS:
-        ids.append(required_string(data, name))
-        if not ids[-1]:
-            raise InvalidRecord("empty_field", f"'{name}' must not be empty")
-    text = required_string(data, "text")
-    sent_at_ms = data.get("sent_at_ms")
-    if sent_at_ms is None:
-        sent_at_ms = timestamp_ms
-    elif type(sent_at_ms) is not int:
-        raise InvalidRecord(
-            "wrong_type", f"'sent_at_ms' must be an integer, got {json_type(sent_at_ms)}"
-        )
-    return ChatMessage(ids[0], ids[1], ids[2], text, sent_at_ms)
+    return data
 
 
 def required_string(data: Mapping[str, Any], name: str) -> str:
@@ -132,6 +140,47 @@ def json_type(value: object) -> str:
         type(None): "null",
     }
     return names.get(type(value), type(value).__name__)
+
+
+VERDICTS = ("allow", "nudge", "block")  # what a human may decide about a held message
+SCOPES = ("global", "channel")  # where the verdict's override applies
+
+
+class Verdict(NamedTuple):
+    """A moderator's verdict on a held message (moderator/schemas/verdict.schema.json)."""
+
+    message_id: str
+    verdict: str
+    moderator_id: str
+    reason: str | None
+    scope: str
+    at_ms: int
+
+
+def parse_verdict(value: bytes | None, *, max_bytes: int) -> Verdict:
+    """Validate one verdict record, or raise `InvalidRecord` (the inbound codes, and
+    `invalid_verdict` for a value outside its field's choices)."""
+    data = _json_object(value, max_bytes=max_bytes)
+    ids = [required_string(data, name) for name in ("message_id", "moderator_id")]
+    for name, given in zip(("message_id", "moderator_id"), ids, strict=True):
+        if not given:
+            raise InvalidRecord("empty_field", f"'{name}' must not be empty")
+    message_id, moderator_id = ids
+    verdict = required_string(data, "verdict")
+    if verdict not in VERDICTS:
+        raise InvalidRecord("invalid_verdict", f"'verdict' must be one of {', '.join(VERDICTS)}")
+    reason = data.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidRecord("wrong_type", f"'reason' must be a string, got {json_type(reason)}")
+    scope = data.get("scope", "global")
+    if scope not in SCOPES:
+        raise InvalidRecord("invalid_verdict", f"'scope' must be one of {', '.join(SCOPES)}")
+    at_ms = data.get("at_ms")
+    if at_ms is None:
+        raise InvalidRecord("missing_field", "the required field 'at_ms' is missing")
+    if type(at_ms) is not int:
+        raise InvalidRecord("wrong_type", f"'at_ms' must be an integer, got {json_type(at_ms)}")
+    return Verdict(message_id, verdict, moderator_id, reason, scope, at_ms)
 
 
 class Timing(NamedTuple):
@@ -159,8 +208,10 @@ def encode_decision(
     span: tuple[int, int],
     truncated: bool = False,
     language: str | None = None,
+    final: bool = False,
 ) -> bytes:
-    """The outbound decision record (moderator/schemas/decision.schema.json)."""
+    """The outbound decision record (moderator/schemas/decision.schema.json). `final`: the
+    one decision that ends a held message's review (moderator/held.py)."""
     record: dict[str, object] = {
         "message_id": msg.message_id,
         "channel_id": msg.channel_id,
@@ -182,6 +233,7 @@ def encode_decision(
         "decided_at_ms": decided_at_ms,
         "span": span,
         "truncated": truncated,
+        "final": final,
     }
     if language is not None:  # only when the gate named a language the model does not read
         record["language"] = language

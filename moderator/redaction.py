@@ -29,6 +29,22 @@ def url_secrets(url: str) -> list[str]:
     return [form for value in raw for form in (value, unquote(value), unquote_plus(value))]
 
 
+def redis_url_problem(url: str) -> str | None:
+    """What makes `url` no Redis URL, never echoing it (it may hold a password); None if fine."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        return "must be a redis://, rediss:// or unix:// URL, or empty"
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        parts = parts._replace(fragment="x")
+    if parts.fragment:
+        return (
+            "is not a valid URL: percent-encode '#', '/', '?' and '%' in the user name and password"
+        )
+    return None
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     """`text` with every secret replaced by `***` (longest first, so none is left half-shown)."""
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):

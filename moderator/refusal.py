@@ -33,6 +33,9 @@ from moderator.records import (
 )
 
 PUBLISH_FAILED = "publish_failed"
+# Between re-sends of a failed delivery (the publisher's, and the final decisions'), by attempt.
+RETRY_BACKOFF_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+RETRY_JITTER = 0.5  # each back-off is drawn from [0.5x, 1.5x]
 
 # Errors about the record itself. aiokafka raises UnknownError for every code it does not know,
 # among them INVALID_RECORD (87), which a broker-side schema answers; the code itself is lost, so

@@ -26,6 +26,7 @@ from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.connect import start_client, stop_within
 from moderator.degrade import fallback_for
+from moderator.finals import TimeoutSweeper
 from moderator.intake import Fetched, Intake
 from moderator.language import LanguageGate
 from moderator.ledger import Entry
@@ -33,7 +34,9 @@ from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
+from moderator.review import Review, review_for
 from moderator.tasks import Supervisor, cancel
+from moderator.verdict_intake import Overrides, VerdictIntake
 from moderator.verdicts import Reader
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,7 @@ class Moderator:
 
     def __init__(self, settings: Settings, *, classifier: Classifier | None = None) -> None:
         self.settings = settings
+        self.overrides: Overrides | None = None  # what a verdict updates besides its held message
         self.metrics = Metrics(budget_s=settings.budget_ms / 1000)
         self._classifier = classifier
         self._stack = contextlib.AsyncExitStack()
@@ -120,7 +124,9 @@ class Moderator:
         )
         await self._own(scorer, scorer.start())
         tasks.watch(_started(scorer.task))
-        self._pipeline = _pipeline(s, m, reader, policies, scorer, cache)
+        review = review_for(s, m, cache, classifier.labels)  # held messages, context, records
+        held = review.store
+        self._pipeline = _pipeline(s, m, reader, policies, scorer, cache, review)
         intake = self._intake = Intake(
             s, m, on_assigned=self._assigned, on_abandoned=self._abandoned
         )
@@ -133,6 +139,11 @@ class Moderator:
         if feed is not None:  # caught up: then ready
             self._stack.push_async_callback(stop_within, feed)
             tasks.watch(_started(feed.task))
+        verdicts = VerdictIntake(s, m, held, producer, self.overrides)  # applies verdicts
+        await self._own(verdicts, verdicts.start())
+        tasks.watch(_started(verdicts.task))
+        sweeper = TimeoutSweeper(held, producer, out_topic=s.out_topic, metrics=m)
+        tasks.spawn(sweeper.run(), name="moderator-timeouts")  # held messages past their time
         await self._own(intake, intake.start())
         self._stack.push_async_callback(tasks.aclose)
         self._fetch_task = tasks.spawn(self._fetch_loop(), name="moderator-fetch")
@@ -282,6 +293,7 @@ def _pipeline(
     policies: PolicyBook,
     scorer: MicroBatcher,
     cache: ScoreCache,
+    review: Review,
 ) -> Pipeline:
     return Pipeline(
         reader.classifier,
@@ -293,6 +305,7 @@ def _pipeline(
         budget_ms=s.budget_ms,
         fallback=fallback_for(s),
         reader=reader,
+        review=review,
     )
 
 
@@ -322,6 +335,7 @@ def _publisher(
         producer,
         out_topic=s.out_topic,
         dlq_topic=s.dlq_topic,
+        review_topic=s.review_topic,
         publish_attempts=s.publish_attempts,
         metrics=metrics,
         on_acked=on_acked,

@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-SCHEMAS = ("chat-message", "decision", "dead-letter-headers")
+SCHEMAS = ("chat-message", "decision", "dead-letter-headers", "review", "verdict")
 
 
 @functools.cache
@@ -26,6 +26,12 @@ def check_decision(decision: dict[str, Any]) -> dict[str, Any]:
     """The decision, or jsonschema.ValidationError naming the field that breaks the schema."""
     validator("decision").validate(decision)
     return decision
+
+
+def check_review(record: dict[str, Any]) -> dict[str, Any]:
+    """The review record, or jsonschema.ValidationError naming the field that breaks the schema."""
+    validator("review").validate(record)
+    return record
 
 
 def check_dead_letter_headers(headers: Iterable[tuple[str, bytes]]) -> dict[str, str]:

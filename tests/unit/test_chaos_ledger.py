@@ -36,20 +36,6 @@ def test_lost_duplicates_and_junk_are_counted() -> None:
     assert lg.degraded == {"m-1"}
 
 
-def test_final_decisions_are_neither_duplicates_nor_first_decisions() -> None:
-    lg = Ledger()
-    sent(lg, 0, at_ms=1000)
-    sent(lg, 1, at_ms=1001)
-    decided(lg, 1, 900, final=True)  # a final decision read before the message's own one
-    assert lg.lost() == ["m-0", "m-1"]
-    decided(lg, 0, 1010, action="review")
-    decided(lg, 1, 1011)
-    decided(lg, 0, 9000, final=True)
-    assert (lg.decided, lg.duplicates) == (2, 0)
-    assert lg.finals == {"m-0": 1, "m-1": 1}
-    assert lg.actions["review"] == 1
-
-
 def test_an_input_diverted_as_publish_failed_is_accounted_for_but_not_decided() -> None:
     lg = Ledger()
     for n in range(3):
@@ -119,3 +105,12 @@ def test_a_record_the_moderator_dead_letters_is_never_expected_to_be_decided() -
     ledger.on_input(too_large, 0, 0)
     assert ledger.junk_inputs == 1
     assert ledger.lost() == []
+
+
+def test_a_final_decision_is_no_duplicate_and_is_counted_apart() -> None:
+    lg = Ledger()
+    sent(lg, 0, at_ms=1000)
+    decided(lg, 0, 1010, action="review", final=False)
+    decided(lg, 0, 5000, action="block", final=True)
+    assert (lg.decided, lg.duplicates, lg.finals["m-0"]) == (1, 0, 1)
+    assert lg.actions == {"review": 1}

@@ -26,6 +26,7 @@ from moderator.config import Settings
 from moderator.connect import STOP_TIMEOUT_S
 from moderator.intake import FINAL_COMMIT_MIN_S
 from moderator.loop import LEFTOVER_TIMEOUT_S
+from moderator.verdict_intake import GROUP_SUFFIX
 from tests.promql import (
     ALERT_RULES,
     DASHBOARD,
@@ -207,7 +208,7 @@ def test_compose_creates_the_topics_the_scaling_assumes() -> None:
     base_notes = rendered("base")["ScaledObject"]["metadata"]["annotations"]
     assert partitions["chat.messages"] == base_notes["chat-moderator/input-partitions"]
     assert set(partitions) == {"chat.messages", "chat.decisions", "chat.messages.dlq",
-                               "chat.policies"}  # fmt: skip
+                               "chat.policies", "chat.review", "chat.verdicts"}  # fmt: skip
     policies = next(line for line in script.splitlines() if "--topic chat.policies" in line)
     assert "--config cleanup.policy=compact" in policies
 
@@ -279,7 +280,8 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
     resources = strimzi()
     topics = {t["metadata"]["name"]: t["spec"] for t in resources["KafkaTopic"]}
     settings = config("production")
-    names = [settings[f"MODERATOR_{n}_TOPIC"] for n in ("IN", "OUT", "DLQ", "POLICY")]
+    names = [settings[f"MODERATOR_{n}_TOPIC"]
+             for n in ("IN", "OUT", "DLQ", "POLICY", "REVIEW", "VERDICT")]  # fmt: skip
     assert set(topics) == set(names)
     partitions = rendered("production")["ScaledObject"]["metadata"]["annotations"]
     assert topics[settings["MODERATOR_IN_TOPIC"]]["partitions"] == int(
@@ -309,7 +311,10 @@ def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
         ("topic", settings["MODERATOR_OUT_TOPIC"]): {"Write", "Describe"},
         ("topic", settings["MODERATOR_DLQ_TOPIC"]): {"Write", "Describe"},
         ("topic", settings["MODERATOR_POLICY_TOPIC"]): {"Read", "Describe"},
+        ("topic", settings["MODERATOR_REVIEW_TOPIC"]): {"Write", "Describe"},
+        ("topic", settings["MODERATOR_VERDICT_TOPIC"]): {"Read", "Describe"},
         ("group", settings["MODERATOR_GROUP_ID"]): {"Read", "Describe"},
+        ("group", settings["MODERATOR_GROUP_ID"] + GROUP_SUFFIX): {"Read", "Describe"},
     }
     assert all(a["resource"].get("patternType") == "literal"
                for a in user["spec"]["authorization"]["acls"])  # fmt: skip

@@ -12,6 +12,8 @@ def test_a_decision_is_read_with_what_the_harnesses_count() -> None:
     value = orjson.dumps({"message_id": "m-1", "action": "block", "cached": True, "degraded": False,
                           "latency_ms": {"total": 3}, "decided_at_ms": 17})  # fmt: skip
     assert read_decision(value) == Decision("m-1", "block", True, False, 3.0, 17)
+    final = orjson.dumps({"message_id": "m-1", "action": "allow", "final": True})
+    assert read_decision(final) == Decision("m-1", "allow", False, False, None, None, final=True)
 
 
 @pytest.mark.parametrize(

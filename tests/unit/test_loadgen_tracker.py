@@ -46,14 +46,6 @@ def test_a_second_decision_for_a_message_is_a_duplicate(tracker: DecisionTracker
     assert tracker.latency.get_total_count() == 1
 
 
-def test_a_final_decision_for_a_held_message_is_counted_apart(tracker: DecisionTracker) -> None:
-    tracker.on_decision(decision("lgrun-3", action="review"), now_s=103.1)
-    tracker.on_decision(decision("lgrun-3", action="block", final=True), now_s=110.0)
-    tracker.on_decision(decision("lgrun-3", action="block", final=True), now_s=110.5)
-    assert (tracker.decided, tracker.duplicates, tracker.finals) == (1, 0, 2)
-    assert tracker.latency.get_total_count() == 1  # the human's wait is not the moderator's
-
-
 def test_other_runs_and_garbage_are_counted_apart(tracker: DecisionTracker) -> None:
     tracker.on_decision(decision("lgother-1"), now_s=100.0)
     tracker.on_decision(b"not json", now_s=100.0)
@@ -108,3 +100,12 @@ def test_a_malformed_record_decided_instead_of_dead_lettered_is_reported() -> No
 def test_a_failed_send_is_not_waited_for(tracker: DecisionTracker) -> None:
     tracker.on_send_error("lgrun-4", RuntimeError("broker said no"))
     assert (tracker.send_errors, tracker.in_flight) == (1, 4)
+
+
+def test_a_held_message_s_final_decision_is_counted_apart_not_as_a_duplicate(
+    tracker: DecisionTracker,
+) -> None:
+    tracker.on_decision(decision("lgrun-3", action="review", final=False), now_s=103.1)
+    tracker.on_decision(decision("lgrun-3", action="allow", final=True), now_s=110.0)
+    assert (tracker.decided, tracker.duplicates, tracker.finals) == (1, 0, 1)
+    assert tracker.latency.get_total_count() == 1, "the final decision's wait is not latency"

@@ -50,7 +50,8 @@ def test_missing_topics_are_created_with_the_replication_asked_for(
     wanted = cli.topic_partitions(settings, settings.topic_partitions)
     asyncio.run(topics.ensure_topics("b:9092", wanted, replication=settings.topic_replication))
     made = {t.name: (t.num_partitions, t.replication_factor) for t in admin.created}
-    assert made == {"chat.messages": (12, 3), "chat.messages.dlq": (1, 3)}
+    assert made == {"chat.messages": (12, 3), "chat.messages.dlq": (1, 3),
+                    "chat.review": (12, 3), "chat.verdicts": (12, 3)}  # fmt: skip
 
 
 def test_replication_and_partitions_are_settings_with_flags() -> None:

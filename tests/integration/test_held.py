@@ -1,0 +1,115 @@
+"""Held messages in a real Redis, shared by instances: a verdict applies once (again when the
+same verdict record comes back, `late` for any other), a timeout is claimed by one instance (by
+another once the first died holding its lease), a redelivered review decision changes nothing,
+and what an instance held while Redis was away moves there when it is back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from devstack.embedded import EmbeddedRedis
+from moderator import held as held_module
+from moderator.cache import ScoreCache
+from moderator.held import HeldStore
+from moderator.metrics import Metrics
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def caches(fresh_redis: EmbeddedRedis) -> AsyncIterator[list[ScoreCache]]:
+    """Two instances' score caches (their Redis client and breaker) on one Redis."""
+    made = [ScoreCache(fresh_redis.url, metrics=Metrics(), ttl_s=60, l1_size=0, timeout_ms=200)
+            for _ in range(2)]  # fmt: skip
+    for cache in made:
+        await cache.start()
+        assert await cache.wait_redis(10)
+    yield made
+    for cache in made:
+        await cache.stop()
+
+
+def stores(caches: list[ScoreCache]) -> list[HeldStore]:
+    return [HeldStore(cache, Metrics(), group="g", timeout_s=1.0) for cache in caches]
+
+
+def held(message_id: str, expires_at_ms: int) -> dict[str, Any]:
+    return {"message_id": message_id, "text": "t", "held_at_ms": 0, "expires_at_ms": expires_at_ms}
+
+
+async def hold(store: HeldStore, *messages: dict[str, Any]) -> None:
+    assert await store.hold(list(messages), {}, [], ring_size=4, ring_ttl_s=60) == {}
+
+
+async def test_the_first_verdict_decides_and_the_same_one_again_is_applied_again(
+    caches: list[ScoreCache],
+) -> None:
+    one, two = stores(caches)
+    await hold(one, held("m-1", 10**13))
+    assert (await two.apply("m-1", "v/0/1")).status == "applied"
+    assert (await one.apply("m-1", "v/0/1")).status == "again", "redelivered, on any instance"
+    late = await two.apply("m-1", "v/1/9")
+    assert (late.status, late.held) == ("late", held("m-1", 10**13))
+    assert (await one.apply("m-404", "v/0/2")).status == "not_held"
+    await hold(one, held("m-1", 10**13))  # the review decision redelivered: changes nothing
+    assert (await two.apply("m-1", "v/1/10")).status == "late"
+
+
+async def test_a_timeout_is_claimed_by_one_instance(caches: list[ScoreCache]) -> None:
+    one, two = stores(caches)
+    await hold(one, *(held(f"m-{i}", 1_000 + i) for i in range(20)), held("m-later", 10**13))
+    claimed = await asyncio.gather(one.claim_due(5_000), two.claim_due(5_000))
+    ids = [h["message_id"] for batch in claimed for h in batch]
+    assert sorted(ids) == sorted(f"m-{i}" for i in range(20)), "each once, none twice"
+    await one.settle(ids)
+    assert (await two.apply("m-3", "v/0/1")).status == "timed_out"
+    assert (await two.apply("m-later", "v/0/1")).status == "applied"
+    assert await one.claim_due(10**14) == [], "decided messages never time out"
+
+
+async def test_a_timeout_claimed_by_an_instance_that_died_is_claimed_again(
+    caches: list[ScoreCache], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = stores(caches)
+    monkeypatch.setattr(held_module, "LEASE_MS", 1_000)
+    await hold(one, held("m-1", 1_000))
+    assert [h["message_id"] for h in await one.claim_due(2_000)] == ["m-1"]  # then it dies
+    assert await two.claim_due(2_999) == [], "the lease holds"
+    assert [h["message_id"] for h in await two.claim_due(3_000)] == ["m-1"]
+    await two.settle(["m-1"])
+    assert await one.claim_due(10**14) == []
+
+
+class Away:
+    """An instance's cache while its Redis calls fail: no client (the breaker is open)."""
+
+    def __init__(self, cache: ScoreCache) -> None:
+        self.cache = cache
+        self.away = True
+        self.redis_enabled = True
+
+    @property
+    def client(self) -> Any:
+        return None if self.away else self.cache.client
+
+    def failed(self, exc: BaseException) -> None:
+        self.cache.failed(exc)
+
+
+async def test_what_was_held_here_while_redis_was_away_moves_there_when_it_is_back(
+    caches: list[ScoreCache],
+) -> None:
+    cache = Away(caches[0])
+    one, two = HeldStore(cache, Metrics(), group="g", timeout_s=1.0), stores(caches)[1]
+    assert await one.hold([held("m-1", 10**13), held("m-2", 10**13)], {}, [], ring_size=4,
+                          ring_ttl_s=60) is None  # fmt: skip
+    assert (await one.apply("m-2", "v/0/1")).status == "applied", "decided here meanwhile"
+    assert (await two.apply("m-1", "v/0/2")).status == "not_held", "only this instance has it"
+    cache.away = False
+    assert await one.claim_due(1_000) == []  # the sweep moves them to Redis
+    assert (await two.apply("m-1", "v/0/3")).status == "applied"
+    assert (await two.apply("m-2", "v/0/4")).status == "late", "its verdict went with it"

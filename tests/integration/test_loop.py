@@ -1,0 +1,193 @@
+"""The moderation loop against the real broker, Redis and model: a review decision goes out with
+its channel's context, a verdict ends it with one final decision, a timeout ends it with the
+policy's fallback, and verdicts that apply to nothing go to the dead-letter topic."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import orjson
+import pytest
+from aiokafka.structs import ConsumerRecord
+
+from devstack.embedded import EmbeddedRedis
+from moderator.classifier import Classifier
+from moderator.config import Settings
+from moderator.policy import read_spec
+from moderator.service import Moderator
+from tests.contract import check_dead_letter_headers, check_decision, check_review
+from tests.integration.kafka_io import consume, produce
+
+pytestmark = pytest.mark.integration
+
+Records = list[ConsumerRecord[bytes, bytes]]
+HOLD = "potato"  # the test policy sends any message with it to review (a deny term)
+
+
+def loop_settings(settings: Settings, tmp_path: Path, **policy: Any) -> Settings:
+    """`settings` on review and verdict topics of their own, with the default policy plus a deny
+    term that holds messages for review, and `policy`'s review settings."""
+    spec = read_spec()
+    spec["deny"] = [{"term": HOLD, "category": "test", "action": "review"}]
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({**spec, **policy}))
+    run = settings.group_id.rsplit("-", 1)[-1]
+    return settings.replace(
+        policy=path, review_topic=f"chat.review.{run}", verdict_topic=f"chat.verdicts.{run}"
+    )
+
+
+def message(i: int, channel: str, text: str) -> tuple[bytes, bytes]:
+    value = {"message_id": f"m-{i}", "channel_id": channel, "user_id": f"u-{i}", "text": text,
+             "sent_at_ms": int(time.time() * 1000)}  # fmt: skip
+    return channel.encode(), orjson.dumps(value)
+
+
+def verdict(message_id: str, action: str, moderator: str = "mod-1", **extra: Any) -> bytes:
+    return orjson.dumps({"message_id": message_id, "verdict": action, "moderator_id": moderator,
+                         "at_ms": int(time.time() * 1000), **extra})  # fmt: skip
+
+
+def produce_stock(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    """As a moderator's tool would: the stock confluent-kafka producer."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0, "the verdicts were not all delivered"
+
+
+def sample(service: Moderator, name: str, **labels: str) -> float:
+    return service.metrics.registry.get_sample_value(f"moderator_{name}", labels) or 0.0
+
+
+async def until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await asyncio.sleep(0.05)
+
+
+def finals(records: Records) -> list[dict[str, Any]]:
+    decisions = [check_decision(orjson.loads(r.value)) for r in records]
+    return [d for d in decisions if d["final"]]
+
+
+def has_final(message_id: str) -> Callable[[Records], bool]:
+    return lambda records: any(d["message_id"] == message_id for d in finals(records))
+
+
+async def test_a_held_message_goes_out_with_context_and_one_verdict_ends_it(
+    settings: Settings, classifier: Classifier, tmp_path: Path
+) -> None:
+    s = loop_settings(settings, tmp_path)
+    channel = "c-loop"
+    texts = ["gg wp", "that clutch was insane", f"i want a {HOLD} now"]
+    async with Moderator(s, classifier=classifier) as service:
+        await service.wait_ready(30)
+        assert await service.cache.wait_redis(10)
+        await produce(
+            s.kafka_bootstrap, s.in_topic, [message(i, channel, t) for i, t in enumerate(texts)]
+        )
+        reviews = await consume(s.kafka_bootstrap, s.review_topic, until=lambda r: len(r) >= 1)
+        review = check_review(orjson.loads(reviews[0].value))
+        assert reviews[0].key == b"m-2"
+        assert (review["message_id"], review["action"], review["text"]) == (
+            "m-2",
+            "review",
+            texts[2],
+        )
+        assert [c["text"] for c in review["context"]] == texts[:2], (
+            "the channel's messages before it"
+        )
+        assert review["context_missing"] is False
+        assert review["review_fallback"] == "allow"
+
+        # A moderator allows it, with the stock client: one final decision.
+        await asyncio.to_thread(
+            produce_stock, s.kafka_bootstrap, s.verdict_topic, [(b"m-2", verdict("m-2", "allow"))]
+        )
+        out = await consume(s.kafka_bootstrap, s.out_topic, until=has_final("m-2"))
+        (final,) = finals(out)
+        assert (final["message_id"], final["action"], final["reason"]) == (
+            "m-2",
+            "allow",
+            "verdict:mod-1",
+        )
+        first = next(
+            check_decision(orjson.loads(r.value)) for r in out if r.value and b'"m-2"' in r.value
+        )
+        assert (first["action"], first["final"]) == ("review", False)
+        assert (final["scores"], final["policy"]) == (first["scores"], first["policy"])
+        assert (
+            sample(service, "verdicts_total", model_action="review", verdict="allow", label="deny")
+            == 1
+        )
+
+        # A second verdict for it, one for a message never held, and a malformed one.
+        await produce(s.kafka_bootstrap, s.verdict_topic, [
+            (b"m-2", verdict("m-2", "block", "mod-2")),
+            (b"m-404", verdict("m-404", "block")),
+            (b"m-2", b"{not json"),
+            (b"m-2", verdict("m-2", "obliterate")),
+        ])  # fmt: skip
+        await until(lambda: sample(service, "verdict_outcomes_total", outcome="late") == 1, "late")
+        dead = await consume(s.kafka_bootstrap, s.dlq_topic, until=lambda r: len(r) >= 3)
+        out = await consume(
+            s.kafka_bootstrap, s.out_topic, until=lambda r: len(r) >= 4, timeout_s=2
+        )
+    codes = sorted(check_dead_letter_headers(r.headers)["moderator.error.code"] for r in dead)
+    assert codes == ["invalid_json", "invalid_verdict", "verdict_not_held"]
+    for record in dead:
+        headers = check_dead_letter_headers(record.headers)
+        assert headers["moderator.source.topic"] == s.verdict_topic
+        assert headers["moderator.error.message"]
+    assert [d["reason"] for d in finals(out)] == ["verdict:mod-1"], "no second final decision"
+    assert sample(service, "verdict_outcomes_total", outcome="applied") == 1
+
+
+async def test_a_held_message_with_no_verdict_times_out_to_its_fallback(
+    settings: Settings, classifier: Classifier, tmp_path: Path
+) -> None:
+    s = loop_settings(settings, tmp_path, review_timeout_s=1, review_fallback="block")
+    async with Moderator(s, classifier=classifier) as service:
+        await service.wait_ready(30)
+        assert await service.cache.wait_redis(10)
+        await produce(s.kafka_bootstrap, s.in_topic, [message(0, "c-slow", f"{HOLD} salad")])
+        out = await consume(s.kafka_bootstrap, s.out_topic, until=has_final("m-0"))
+        (final,) = finals(out)
+        assert (final["action"], final["reason"]) == ("block", "review_timeout")
+        await until(lambda: sample(service, "review_timeouts_total") == 1, "timeout counted")
+        # A verdict after the timeout applies to nothing.
+        await produce(s.kafka_bootstrap, s.verdict_topic, [(b"m-0", verdict("m-0", "allow"))])
+        dead = await consume(s.kafka_bootstrap, s.dlq_topic, until=lambda r: len(r) >= 1)
+    assert check_dead_letter_headers(dead[0].headers)["moderator.error.code"] == "verdict_not_held"
+
+
+async def test_without_redis_the_review_record_still_goes_out_and_the_message_is_held_here(
+    settings: Settings, classifier: Classifier, tmp_path: Path, fresh_redis: EmbeddedRedis
+) -> None:
+    s = loop_settings(settings.replace(redis_url=fresh_redis.url), tmp_path)
+    async with Moderator(s, classifier=classifier) as service:
+        await service.wait_ready(30)
+        assert await service.cache.wait_redis(10)
+        fresh_redis.stop()
+        await produce(s.kafka_bootstrap, s.in_topic, [message(0, "c-x", "hello"),
+                                                     message(1, "c-x", f"{HOLD} pie")])  # fmt: skip
+        reviews = await consume(s.kafka_bootstrap, s.review_topic, until=lambda r: len(r) >= 1)
+        review = check_review(orjson.loads(reviews[0].value))
+        assert (review["message_id"], review["context"], review["context_missing"]) == (
+            "m-1",
+            [],
+            True,
+        )
+        assert sample(service, "review_fallbacks_total") >= 1
+        await produce(s.kafka_bootstrap, s.verdict_topic, [(b"m-1", verdict("m-1", "block"))])
+        out = await consume(s.kafka_bootstrap, s.out_topic, until=has_final("m-1"))
+    (final,) = finals(out)
+    assert (final["action"], final["reason"]) == ("block", "verdict:mod-1")
