@@ -53,6 +53,7 @@ HELP = {
     "policy": "policy file (TOML or JSON); the default policy if unset",
     "policy_topic": "compacted topic of per-channel policies (key: channel id, or * for the "
     "default), read whole at start and followed; empty: only the policy file",
+    "override_topic": "compacted topic of moderators' overrides, replayed and followed; empty: off",
     "threads": "threads the model scores on (capped at the cores we may use)",
     "batch_threads": "intra-op threads one batch runs on; threads // batch_threads batches "
     "run at once",
@@ -101,6 +102,7 @@ class Settings:
     model_dir: Path = DEFAULT_MODEL_DIR
     policy: Path | None = None
     policy_topic: str = "chat.policies"
+    override_topic: str = "chat.overrides"
     threads: int = DEFAULT_THREADS
     batch_threads: int = 1
     budget_ms: float = 50.0
@@ -143,8 +145,9 @@ class Settings:
         for name in ("in_topic", "out_topic", "dlq_topic", "group_id"):
             if not getattr(self, name).strip():
                 raise bad(name, "must not be empty")
-        if self.policy_topic.strip() in (self.in_topic, self.out_topic, self.dlq_topic):
-            raise bad("policy_topic", "must differ from the other three topics")
+        for name in ("policy_topic", "override_topic"):
+            if getattr(self, name).strip() in (self.in_topic, self.out_topic, self.dlq_topic):
+                raise bad(name, "must differ from the other three topics")
         if len({self.in_topic, self.out_topic, self.dlq_topic}) != 3:
             raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
         if self.redis_url:

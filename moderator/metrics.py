@@ -56,6 +56,7 @@ STAGES = ("queue", "score", "total")
 REFUSED_OUTCOMES = ("decision", "dead_letter", "receipt")
 COMMIT_RESULTS = ("ok", "failed")
 POLICY_RESULTS = ("applied", "removed", "rejected")
+OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # moderator/overrides.py ACTIONS (a verdict's)
 
 # Liveness: the event loop stamps a heartbeat this often; /healthz fails once the stamp is older
 # than the bound (a loop blocked that long serves nothing; a model batch runs off the loop).
@@ -149,6 +150,19 @@ class Metrics:
             "result",
         )
         self.policies = gauge("channel_policies", "Channels with a policy of their own")
+        self.override_decisions = counter(
+            "override_decisions",
+            "Messages decided by a moderator's override (their normalised text had a verdict), "
+            "without the model",
+            "action",
+        )
+        self.override_updates = counter(
+            "override_updates",
+            "Override records read from the overrides topic or written here: applied, removed "
+            "(tombstone) or rejected (invalid; an earlier override for the text stays)",
+            "result",
+        )
+        self.overrides = gauge("overrides", "Overrides in effect (global and per channel)")
         self.model = Info("model", "The model being served", namespace=NAMESPACE, registry=r)
         # process_* (memory, CPU, open fds, start time: restarts) and python_* (GC, version),
         # as the default registry has them; this registry is the one /metrics serves.
@@ -163,6 +177,8 @@ class Metrics:
         _precreate(self.publish_refused, *REFUSED_OUTCOMES)
         _precreate(self.commits, *COMMIT_RESULTS)
         _precreate(self.policy_updates, *POLICY_RESULTS)
+        _precreate(self.override_decisions, *OVERRIDE_ACTIONS)
+        _precreate(self.override_updates, *POLICY_RESULTS)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -134,6 +134,17 @@ def json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+class Verdict(NamedTuple):
+    """A moderator's verdict on a held message (moderator/schemas/verdict.schema.json)."""
+
+    message_id: str
+    verdict: str  # allow | nudge | block
+    moderator_id: str
+    reason: str | None
+    scope: str  # global | channel
+    at_ms: int
+
+
 class Timing(NamedTuple):
     """Milliseconds a message spent waiting, being scored, and in the moderator overall."""
 

@@ -30,6 +30,7 @@ from moderator.intake import Fetched, Intake
 from moderator.language import LanguageGate
 from moderator.ledger import Entry
 from moderator.metrics import Metrics, MetricsServer, listen
+from moderator.overrides import Overrides, overrides_for
 from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
@@ -65,6 +66,7 @@ class Moderator:
         self._metrics_server: MetricsServer | None = None
         self._cache: ScoreCache | None = None
         self._pipeline: Pipeline | None = None
+        self._overrides: Overrides | None = None
         self._publisher: Publisher | None = None
         self._intake: Intake | None = None
         self._fetch_task: asyncio.Task[None] | None = None
@@ -86,6 +88,11 @@ class Moderator:
     def failure(self) -> BaseException | None:
         """The error that stopped a background task, if one did."""
         return self._tasks.failure
+
+    @property
+    def overrides(self) -> Overrides | None:
+        """None when MODERATOR_OVERRIDE_TOPIC is empty."""
+        return self._overrides
 
     @property
     def cache(self) -> ScoreCache:
@@ -120,11 +127,12 @@ class Moderator:
         )
         await self._own(scorer, scorer.start())
         tasks.watch(_started(scorer.task))
-        self._pipeline = _pipeline(s, m, reader, policies, scorer, cache)
+        producer = _producer(s)
+        overrides = self._overrides = overrides_for(s, m, producer)
+        self._pipeline = _pipeline(s, m, reader, policies, scorer, cache, overrides)
         intake = self._intake = Intake(
             s, m, on_assigned=self._assigned, on_abandoned=self._abandoned
         )
-        producer = _producer(s)
         self._publisher = publisher = _publisher(s, m, producer, intake.acked, tasks)
         await self._own(publisher, start_client(producer, s.kafka_options(), "the producer"))
         feed = await follow_policies(
@@ -133,6 +141,9 @@ class Moderator:
         if feed is not None:  # caught up: then ready
             self._stack.push_async_callback(stop_within, feed)
             tasks.watch(_started(feed.task))
+        if overrides is not None:  # caught up too: then ready; stopped before the producer
+            await self._own(overrides, overrides.start())
+            tasks.watch(_started(overrides.task))
         await self._own(intake, intake.start())
         self._stack.push_async_callback(tasks.aclose)
         self._fetch_task = tasks.spawn(self._fetch_loop(), name="moderator-fetch")
@@ -282,6 +293,7 @@ def _pipeline(
     policies: PolicyBook,
     scorer: MicroBatcher,
     cache: ScoreCache,
+    overrides: Overrides | None,
 ) -> Pipeline:
     return Pipeline(
         reader.classifier,
@@ -293,6 +305,7 @@ def _pipeline(
         budget_ms=s.budget_ms,
         fallback=fallback_for(s),
         reader=reader,
+        overrides=overrides,
     )
 
 

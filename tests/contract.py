@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-SCHEMAS = ("chat-message", "decision", "dead-letter-headers")
+SCHEMAS = ("chat-message", "decision", "dead-letter-headers", "override")
 
 
 @functools.cache
