@@ -13,8 +13,10 @@ import pytest
 from moderator.batcher import MicroBatcher
 from moderator.cache import ScoreCache
 from moderator.classifier import Classifier
+from moderator.cli import main
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
+from moderator.override_admin import row
 from moderator.overrides import (
     InvalidOverride,
     Override,
@@ -197,3 +199,19 @@ async def test_the_pipeline_decides_an_overridden_text_without_the_model(
     assert d[1]["scores"]
     rows = pipeline.metrics.registry.get_sample_value("moderator_batch_size_sum")
     assert rows == 2, "the model scored the two texts no override covered, not the third"
+
+
+def test_a_list_line_says_digest_scope_channel_action_moderator_and_when_in_utc() -> None:
+    channel, everywhere = made(TEXT, "c-1", verdict(scope="channel")), made(TEXT, "c-1", verdict())
+    assert row(channel).split("\t") == [
+        text_digest(TEXT), "channel", "c-1", "block", "mod-ann", "2025-11-24T16:00:00Z"
+    ]  # fmt: skip
+    assert row(everywhere).split("\t")[1:3] == ["global", "-"]
+
+
+@pytest.mark.parametrize("argv", [[], ["abc", "--text", TEXT]])
+def test_delete_needs_a_digest_or_a_text_not_both(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["override", "delete", *argv]) == 2  # before any Kafka is asked
+    assert "give a DIGEST or --text, one of them" in capsys.readouterr().err
