@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from moderator import __version__, logs, loop, override_admin, policy_admin, score
+from moderator import __version__, logs, loop, override_admin, policy_admin, score, verdict_export
 from moderator.channel_policies import DEFAULT_KEY, layered
 from moderator.classifier import ModelInfo
 from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
@@ -122,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
 
     score.register(sub)
     override_admin.register(sub)
+    verdict_export.register(sub)
 
     pol = command(
         sub,

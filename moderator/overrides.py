@@ -41,15 +41,14 @@ from moderator.connect import start_client, stop_within
 from moderator.errors import ModeratorError
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
-from moderator.records import ChatMessage, Verdict
+from moderator.records import SCOPES, VERDICTS, ChatMessage, Verdict
 from moderator.tasks import cancel
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
 REASON = "override"  # the decision's reason
-ACTIONS = ("allow", "nudge", "block")  # a verdict's
-SCOPES = ("global", "channel")
+ACTIONS = VERDICTS  # an override's action is the verdict's
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 

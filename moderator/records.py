@@ -134,14 +134,18 @@ def json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+VERDICTS = ("allow", "nudge", "block")  # what a human may decide about a held message
+SCOPES = ("global", "channel")  # where the verdict's override applies
+
+
 class Verdict(NamedTuple):
     """A moderator's verdict on a held message (moderator/schemas/verdict.schema.json)."""
 
     message_id: str
-    verdict: str  # allow | nudge | block
+    verdict: str
     moderator_id: str
     reason: str | None
-    scope: str  # global | channel
+    scope: str
     at_ms: int
 
 

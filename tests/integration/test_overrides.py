@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -183,3 +184,27 @@ async def test_the_override_command_lists_and_deletes_and_the_moderators_follow(
     assert nothing.returncode == 0
     assert "nothing removed" in nothing.stdout
     assert (await asyncio.to_thread(_cli, s, "list")).stdout == ""
+
+
+async def test_verdicts_export_joins_the_review_and_verdict_topics(
+    settings: Settings, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    review, verdicts = f"chat.review.{run}", f"chat.verdicts.{run}"
+    texts = [("i will find you", "threat"), ("gg ez", "insult")]
+    held = [{"message_id": f"h-{i}", "text": t, "reason": r} for i, (t, r) in enumerate(texts)]
+    s = settings.kafka_bootstrap
+    await produce(s, review, [(h["message_id"].encode(), orjson.dumps(h)) for h in held])
+    given = [("h-0", "block"), ("h-1", "allow"), ("h-0", "allow")]
+    await asyncio.to_thread(produce_stock, s, verdicts, [
+        (m, orjson.dumps({"message_id": m, "verdict": v, "moderator_id": "mod-ann", "at_ms": 1}))
+        for m, v in given
+    ])  # fmt: skip
+    out = tmp_path / "verdicts.tsv"
+    done = await asyncio.to_thread(subprocess.run, [
+        sys.executable, "-m", "moderator", "verdicts", "export", "--out", str(out),
+        "--kafka-bootstrap", s, "--review-topic", review, "--verdict-topic", verdicts,
+    ], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(out.read_text().splitlines()) == ["gg ez\t", "i will find you\ttoxicity,threat"]
+    assert "1 later verdicts on a decided message (not exported)" in done.stderr
