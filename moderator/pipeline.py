@@ -123,9 +123,9 @@ class Pipeline:
                 if action is not None:
                     judged = Judged(Verdict(action, OVERRIDE_REASON), {}, (0, len(m.chat.text)))
                     m.outcome = self._decide(m, fetched, judged)
-            messages = [m for m in messages if m.outcome is None]
-        screened = screen(self.reader, [(m.policy, m.chat.text) for m in messages])
-        for m, text in zip(messages, screened, strict=True):
+        undecided = [m for m in messages if m.outcome is None]
+        screened = screen(self.reader, [(m.policy, m.chat.text) for m in undecided])
+        for m, text in zip(undecided, screened, strict=True):
             if text.verdict is not None:  # decided without the model: a deny term, empty text
                 m.outcome = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
             else:
