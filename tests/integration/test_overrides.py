@@ -161,6 +161,11 @@ async def test_the_override_command_lists_and_deletes_and_the_moderators_follow(
         [digest, "global", "-", "allow", "mod-ann"],
     ]
     assert all(r[5].endswith("Z") for r in rows), "when, in UTC"
+    bad = override(CALM, "block")._replace(action="obliterate")
+    await produce(s.kafka_bootstrap, s.override_topic, [(bad.key.encode(), bad.encode())])
+    refused = await asyncio.to_thread(_cli, s, "list")
+    assert refused.stdout == listed.stdout, "stdout: the overrides in effect only"
+    assert f"{bad.key}: REFUSED by the moderators: override {bad.key!r}: action" in refused.stderr
     async with Moderator(s, classifier=classifier) as service:
         await service.wait_ready(30)
         ovr = service.overrides
@@ -179,6 +184,8 @@ async def test_the_override_command_lists_and_deletes_and_the_moderators_follow(
         await produce(s.kafka_bootstrap, s.in_topic, [chat(0, "c-kind", INSULT)])
         got = await decided(s, 1)
         assert sample(service, "override_updates_total", result="removed") == 2
+        assert sample(service, "override_updates_total", result="rejected") == 1
+        assert ovr.lookup(CALM, "c-kind") is None, "the refused record decides nothing"
     assert (got["m-0"]["action"], got["m-0"]["reason"]) == ("block", "insult"), "the model again"
     nothing = await asyncio.to_thread(_cli, s, "delete", "--text", INSULT)
     assert nothing.returncode == 0
