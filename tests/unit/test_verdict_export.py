@@ -105,3 +105,16 @@ def test_data_md_names_the_verdicts_file_only_when_the_build_had_one() -> None:
     assert "## Moderators' verdicts" in with_them
     assert "`v.tsv`" in with_them
     assert "Moderators' verdicts" not in datasheet.render([], {}, {})
+
+
+def test_the_build_takes_the_file_from_its_flag_or_models_verdicts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from models import cli as models_cli
+
+    monkeypatch.setenv(verdicts.ENV, str(tmp_path / "v.tsv"))
+    assert models_cli._parser().parse_args(["build"]).verdicts == tmp_path / "v.tsv"
+    given = models_cli._parser().parse_args(["build", "--verdicts", "x.tsv"])
+    assert given.verdicts == Path("x.tsv")
+    monkeypatch.setenv(verdicts.ENV, "")
+    assert models_cli._parser().parse_args(["build"]).verdicts is None
