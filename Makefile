@@ -61,8 +61,9 @@ test-unit: $(VENV)/.extras-$(TEST_EXTRAS)  ## the unit tests: no servers, under 
 test: test-unit redis stunnel  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
 	$(BIN)/pytest tests/integration
 
+# MODELS_VERDICTS=FILE (`moderator verdicts export`'s): the moderators' verdicts, a train split.
 model: $(VENV)/.extras-$(MODEL_EXTRAS)  ## rebuild the default model, show how it differs, ship it to moderator/default_model/
-	$(BIN)/moderator model build --out $(MODEL_BUILD)
+	$(BIN)/moderator model build --out $(MODEL_BUILD) $(if $(MODELS_VERDICTS),--verdicts '$(MODELS_VERDICTS)')
 	$(PY) -m models ship --from $(MODEL_BUILD) --to $(SHIPPED_MODEL)
 
 lint: $(VENV)/.extras-$(TEST_EXTRAS)  ## ruff

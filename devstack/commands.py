@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from moderator import loop
-from moderator.cli import KAFKA_CONNECTION, say, serve, topic_partitions
-from moderator.commandline import command, log_flags
+from moderator.cli import serve, topic_partitions
+from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
 from moderator.config import ENV_PREFIX, Settings, add_setting_flags
 from moderator.redaction import protect
 

@@ -26,7 +26,7 @@ def _say(msg: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from models import balance, corpus, onnx_export, realdata, teachers, train
+    from models import balance, corpus, onnx_export, realdata, teachers, train, verdicts
 
     final: Path = args.out
     # Built next to its final place and swapped in at the end, so a failed build never leaves a
@@ -52,6 +52,12 @@ def _build(args: argparse.Namespace) -> int:
         "lines": len(long),
         "rude": sum(max(y[j] for j in corpus.ACTING) >= 0.5 for _, y in long),
     }
+    verdicts_info = None
+    if args.verdicts is not None:  # the moderators' verdicts: a train split of their own
+        verdict_lines = verdicts.load(args.verdicts)
+        real_train += verdict_lines
+        verdicts_info = verdicts.describe(args.verdicts, verdict_lines)
+        _say(f"  moderators' verdicts: {verdicts_info['lines']} lines from {args.verdicts}")
     files = f"{corpus.TRAIN_FILE.name} + {len(real_train)} real lines"
     _say(f"[2/5] training ({files})")
     result = train.train(real_train, progress=_say)
@@ -94,6 +100,7 @@ def _build(args: argparse.Namespace) -> int:
                 "n_train": result.n_train,
                 "n_real": result.n_real,
                 "real_by_source": counts,
+                "verdicts": verdicts_info,
                 "n_heldout": result.n_heldout,
                 "seed": train.SEED,
                 "threads": train.THREADS,
@@ -270,7 +277,7 @@ def _ship(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from models import ship
+    from models import ship, verdicts
     from models.evaluate import REPORT_FILE
     from moderator.commandline import command
 
@@ -280,10 +287,17 @@ def _parser() -> argparse.ArgumentParser:
     b = command(sub, "build", SUBCOMMANDS["build"], """
         make model                                   # build, then ship it
         moderator model build --out models/build/chat-minilm
+        make model MODELS_VERDICTS=verdicts.tsv      # with the moderators' verdicts
     """)  # fmt: skip
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model directory to write")
     b.add_argument("--report", type=Path, default=REPORT_FILE, help="where REPORT.md goes")
     b.add_argument("--per-tensor", action="store_true", help="per-tensor int8 (default: channel)")
+    b.add_argument(
+        "--verdicts",
+        type=Path,
+        default=verdicts.default_file(),
+        help="`moderator verdicts export`'s file, trained on as its own split [MODELS_VERDICTS]",
+    )
     b.set_defaults(func=_build)
 
     e = command(sub, "export", SUBCOMMANDS["export"], """

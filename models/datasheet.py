@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from models import corpus, identity, labelled, realdata, sources
+from models import corpus, identity, labelled, realdata, sources, verdicts
 
 DATA_FILE = Path(__file__).resolve().parent / "DATA.md"
 
@@ -154,6 +154,7 @@ def render(
     lines: Sequence[realdata.Line],
     teachers: Mapping[str, Mapping[str, str]],
     trained: Mapping[str, Mapping[str, int]],
+    verdicts_info: dict[str, Any] | None = None,
 ) -> str:
     """DATA.md text: real sources with their splits, teachers, our own data, dropped sources."""
     counts = Counter((ln.source, ln.split) for ln in lines)
@@ -257,6 +258,7 @@ def render(
         " Davidson et al.'s tweets (alt-profanity-check, HateSonar): their figures on that"
         " source's test split are not held out.",
         "",
+        *verdicts.datasheet_section(verdicts_info),
         "## Teachers (classifiers trained on real comments)",
         "",
         "`jigsaw_bilstm` and `profanity_check` label the benign pools for training; all three"
@@ -317,6 +319,8 @@ def write(
     teachers: Mapping[str, Mapping[str, Any]],
     trained: Mapping[str, Mapping[str, int]],
     path: Path = DATA_FILE,
+    verdicts_info: dict[str, Any] | None = None,
 ) -> None:
-    """Regenerate DATA.md from the sources as loaded now and the build's training counts."""
-    path.write_text(render(realdata.load(), teachers, trained))
+    """Regenerate DATA.md from the sources as loaded now and the build's training counts (and
+    the moderators' verdicts it trained on, if any)."""
+    path.write_text(render(realdata.load(), teachers, trained, verdicts_info))

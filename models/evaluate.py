@@ -392,5 +392,6 @@ def run(model_dir: Path, report: Path = REPORT_FILE, latency_runs: int = 40) -> 
         metrics["real"]["teachers"],
         manifest.get("training", {}).get("real_by_source", {}),
         report.with_name(datasheet.DATA_FILE.name),
+        manifest.get("training", {}).get("verdicts"),
     )
     return metrics

@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
-from aiokafka.structs import ConsumerRecord, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
+from moderator.compacted import poll, read_to_end, record_key
 from moderator.connect import start_client, stop_within
 from moderator.errors import PolicyError
 from moderator.metrics import Metrics
@@ -32,9 +33,7 @@ from moderator.topics import ensure_topics
 log = logging.getLogger(__name__)
 
 DEFAULT_KEY = "*"
-POLL_MS = 200  # a change is applied within about this long after it is written
 TOPIC_CONFIG = {"cleanup.policy": "compact"}
-OnRecord = Callable[[ConsumerRecord[bytes, bytes]], None]
 
 
 class PolicyBook:
@@ -173,7 +172,7 @@ class PolicyFeed:
             await asyncio.Event().wait()  # no topic to follow: idle until stopped
         while True:
             assert consumer is not None
-            await _poll(consumer, self._apply_record)
+            await poll(consumer, self._apply_record)
 
     def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
         value, key = record.value, record_key(record)
@@ -191,39 +190,6 @@ class PolicyFeed:
         self.metrics.policies.set(len(self.book))
         shown = self.book.default if key == DEFAULT_KEY else self.book.for_channel(key)
         log.info("policy for %r %s: %s", key, result, shown.ident)
-
-
-def record_key(record: ConsumerRecord[bytes, bytes]) -> str:
-    """A policy record's key: a channel id, or DEFAULT_KEY; "" when it has none."""
-    return (record.key or b"").decode("utf-8", "replace")
-
-
-async def read_to_end(consumer: AIOKafkaConsumer, topic: str, on_record: OnRecord) -> bool:
-    """Assign every partition of `topic` to `consumer` and feed `on_record` each record from the
-    beginning up to the end offsets taken now; False when there is no such topic."""
-    tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-    if not tps:
-        return False
-    consumer.assign(tps)
-    await consumer.seek_to_beginning(*tps)
-    ends = await consumer.end_offsets(tps)
-    while await _behind(consumer, ends):
-        await _poll(consumer, on_record)
-    return True
-
-
-async def _poll(consumer: AIOKafkaConsumer, on_record: OnRecord) -> None:
-    for records in (await consumer.getmany(timeout_ms=POLL_MS)).values():
-        for record in records:
-            on_record(record)
-
-
-async def _behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int]) -> bool:
-    """Whether `consumer` has yet to read up to `ends` on any partition."""
-    for tp, end in ends.items():
-        if await consumer.position(tp) < end:
-            return True
-    return False
 
 
 async def follow_policies(

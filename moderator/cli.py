@@ -15,10 +15,10 @@ from pathlib import Path
 
 import orjson
 
-from moderator import __version__, logs, loop, policy_admin, score
+from moderator import __version__, logs, loop, override_admin, policy_admin, score, verdict_export
 from moderator.channel_policies import DEFAULT_KEY, layered
 from moderator.classifier import ModelInfo
-from moderator.commandline import command, log_flags
+from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
 from moderator.config import (
     DEFAULT_MODEL_DIR,
     Settings,
@@ -68,19 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-# How to reach Kafka. Each `moderator policy` command reads these and the policies topic; `put`
-# and `list` judge policies over the policy file; `put` and `delete` create the topic when it
-# is missing, so the topic-creation setting applies to them.
-KAFKA_CONNECTION = (
-    "kafka_bootstrap",
-    "kafka_security_protocol",
-    "kafka_sasl_mechanism",
-    "kafka_sasl_username",
-    "kafka_sasl_password",
-    "kafka_ssl_cafile",
-    "kafka_ssl_certfile",
-    "kafka_ssl_keyfile",
-)
+# Each `moderator policy` command reads the Kafka connection and the policies topic; `put` and
+# `list` judge policies over the policy file; `put` and `delete` create the topic when it is
+# missing, so the topic-creation setting applies to them.
 POLICY_SETTINGS = {
     "put": (*KAFKA_CONNECTION, "policy_topic", "policy", "topic_replication"),
     "get": (*KAFKA_CONNECTION, "policy_topic"),
@@ -131,6 +121,8 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(command=_cmd_run)
 
     score.register(sub)
+    override_admin.register(sub)
+    verdict_export.register(sub)
 
     pol = command(
         sub,
@@ -217,15 +209,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.workers, argv, threads=settings.threads, metrics_port=settings.metrics_port
         )
     return loop.run(serve(settings, topics, supervised=args.supervised))
-
-
-def say(line: str) -> None:
-    """A progress line on stdout, flushed at once (start-up must never look silent); with JSON
-    logs, a log line instead, so a log shipper reads nothing but JSON."""
-    if logs.writes_json():
-        log.info("%s", line)
-    else:
-        print(line, flush=True)
 
 
 async def create_topics(settings: Settings, topics: dict[str, int]) -> None:

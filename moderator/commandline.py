@@ -4,10 +4,35 @@ the logging flags every command takes."""
 from __future__ import annotations
 
 import argparse
+import logging
 import textwrap
 from typing import Any, cast
 
+from moderator import logs
 from moderator.logs import LOG_FORMATS, LOG_LEVELS
+
+log = logging.getLogger("moderator")
+
+# How to reach Kafka: the settings every command that reads or writes a topic offers.
+KAFKA_CONNECTION = (
+    "kafka_bootstrap",
+    "kafka_security_protocol",
+    "kafka_sasl_mechanism",
+    "kafka_sasl_username",
+    "kafka_sasl_password",
+    "kafka_ssl_cafile",
+    "kafka_ssl_certfile",
+    "kafka_ssl_keyfile",
+)
+
+
+def say(line: str) -> None:
+    """A progress line on stdout, flushed at once (start-up must never look silent); with JSON
+    logs, a log line instead, so a log shipper reads nothing but JSON."""
+    if logs.writes_json():
+        log.info("%s", line)
+    else:
+        print(line, flush=True)
 
 
 def command(

@@ -33,7 +33,9 @@ def available_cores() -> int:
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 OFFSET_RESETS = ("earliest", "latest")
-TOPICS = ("in_topic", "out_topic", "dlq_topic", "policy_topic", "review_topic", "verdict_topic")
+_TOPIC_ROLES = ("in", "out", "dlq", "policy", "review", "verdict", "override")
+TOPICS = tuple(f"{role}_topic" for role in _TOPIC_ROLES)  # checked in this order
+OPTIONAL_TOPICS = ("policy_topic", "override_topic")  # empty: off
 # What a late cache miss gets under overload (moderator/degrade.py); `off` waits for the model.
 DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
@@ -57,6 +59,7 @@ HELP = {
     "verdict_topic": "topic of moderators' verdicts on held messages (key: message id)",
     "review_context": "messages of the channel before a held one, sent with it (0: none)",
     "review_context_bytes": "UTF-8 bytes of context texts sent with a held message, at most",
+    "override_topic": "compacted topic of moderators' overrides, replayed and followed; empty: off",
     "threads": "threads the model scores on (capped at the cores we may use)",
     "batch_threads": "intra-op threads one batch runs on; threads // batch_threads batches "
     "run at once",
@@ -109,6 +112,7 @@ class Settings:
     verdict_topic: str = "chat.verdicts"
     review_context: int = 5
     review_context_bytes: int = 4096
+    override_topic: str = "chat.overrides"
     threads: int = DEFAULT_THREADS
     batch_threads: int = 1
     budget_ms: float = 50.0
@@ -149,12 +153,14 @@ class Settings:
             if not host or not port.isdigit():
                 raise bad("kafka_bootstrap", f"{hostport!r} is not host:port")
         for name in (*TOPICS, "group_id"):
-            if name != "policy_topic" and not getattr(self, name).strip():
+            if name not in OPTIONAL_TOPICS and not getattr(self, name).strip():
                 raise bad(name, "must not be empty")
         if len({self.in_topic, self.out_topic, self.dlq_topic}) != 3:
             raise bad("in_topic", "the inbound, outbound and dead-letter topics must differ")
         for i, name in enumerate(TOPICS[3:], 3):  # each optional topic differs from the above
-            if getattr(self, name).strip() in [getattr(self, n) for n in TOPICS[:i]]:
+            if (topic := getattr(self, name).strip()) and topic in [
+                getattr(self, n) for n in TOPICS[:i]
+            ]:
                 raise bad(name, "must differ from the other topics")
         if self.redis_url and (problem := redis_url_problem(self.redis_url)):
             raise bad("redis_url", problem)

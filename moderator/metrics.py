@@ -61,6 +61,7 @@ VERDICTS = ("allow", "nudge", "block")  # moderator/records.py VERDICTS
 VERDICT_OUTCOMES = ("applied", "late", "not_held", "invalid")
 # What holds a message besides a model label (the reason's head: `unsupported_language:fr`).
 HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none")
+OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # moderator/overrides.py ACTIONS (a verdict's)
 
 # Liveness: the event loop stamps a heartbeat this often; /healthz fails once the stamp is older
 # than the bound (a loop blocked that long serves nothing; a model batch runs off the loop).
@@ -180,6 +181,19 @@ class Metrics:
             "expired or timed out: dead-lettered) or invalid (dead-lettered)",
             "outcome",
         )
+        self.override_decisions = counter(
+            "override_decisions",
+            "Messages decided by a moderator's override (their normalised text had a verdict), "
+            "without the model",
+            "action",
+        )
+        self.override_updates = counter(
+            "override_updates",
+            "Override records read from the overrides topic or written here: applied, removed "
+            "(tombstone) or rejected (invalid; an earlier override for the text stays)",
+            "result",
+        )
+        self.overrides = gauge("overrides", "Overrides in effect (global and per channel)")
         self.model = Info("model", "The model being served", namespace=NAMESPACE, registry=r)
         # process_* (memory, CPU, open fds, start time: restarts) and python_* (GC, version),
         # as the default registry has them; this registry is the one /metrics serves.
@@ -201,6 +215,8 @@ class Metrics:
         or a reason that holds without one."""
         for label in (*labels, *HOLD_REASONS):
             _precreate(self.verdicts, *(("review", v, label) for v in VERDICTS))
+        _precreate(self.override_decisions, *OVERRIDE_ACTIONS)
+        _precreate(self.override_updates, *POLICY_RESULTS)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -26,7 +26,9 @@ from moderator.classifier import Classifier, Scores
 from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
-from moderator.policy import Policy
+from moderator.overrides import REASON as OVERRIDE_REASON
+from moderator.overrides import Overrides
+from moderator.policy import Policy, Verdict
 from moderator.records import (
     ChatMessage,
     InboundRecord,
@@ -77,6 +79,7 @@ class Pipeline:
         fallback: Fallback | None = None,
         reader: Reader | None = None,
         review: Review | None = None,
+        overrides: Overrides | None = None,
     ) -> None:
         self.classifier = classifier
         self.reader = reader if reader is not None else Reader(classifier)
@@ -92,6 +95,7 @@ class Pipeline:
         self.budget_ms = budget_ms
         self.fallback = fallback
         self.review = review  # after deciding: context rings, held messages, review records
+        self.overrides = overrides
         self.model_ident = classifier.info.ident
         self.model_sha256 = classifier.info.sha256  # what the cache keys on
         self._model_calls: dict[bytes, asyncio.Future[ModelResult]] = {}  # by cache key
@@ -116,8 +120,15 @@ class Pipeline:
                 continue
             slots.append(_Message(record, chat, self.policies.for_channel(chat.channel_id)))
         messages = [m for m in slots if isinstance(m, _Message)]
-        screened = screen(self.reader, [(m.policy, m.chat.text) for m in messages])
-        for m, text in zip(messages, screened, strict=True):
+        if self.overrides is not None:  # a moderator's verdict on the same text: no model
+            actions = self.overrides.decide([m.chat for m in messages])
+            for m, action in zip(messages, actions, strict=True):
+                if action is not None:
+                    judged = Judged(Verdict(action, OVERRIDE_REASON), {}, (0, len(m.chat.text)))
+                    m.outcome = self._decide(m, fetched, judged)
+        undecided = [m for m in messages if m.outcome is None]
+        screened = screen(self.reader, [(m.policy, m.chat.text) for m in undecided])
+        for m, text in zip(undecided, screened, strict=True):
             if text.verdict is not None:  # decided without the model: a deny term, empty text
                 m.outcome = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
             else:

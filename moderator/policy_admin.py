@@ -12,13 +12,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
-from moderator.channel_policies import (
-    DEFAULT_KEY,
-    TOPIC_CONFIG,
-    PolicyBook,
-    read_to_end,
-    record_key,
-)
+from moderator.channel_policies import DEFAULT_KEY, TOPIC_CONFIG, PolicyBook
+from moderator.compacted import read_to_end, record_key
 from moderator.connect import start_client, stop_within
 from moderator.errors import PolicyError
 from moderator.policy import Policy

@@ -31,12 +31,13 @@ from moderator.intake import Fetched, Intake
 from moderator.language import LanguageGate
 from moderator.ledger import Entry
 from moderator.metrics import Metrics, MetricsServer, listen
+from moderator.overrides import Overrides, overrides_for
 from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
-from moderator.review import Review, review_for
+from moderator.review import review_for
 from moderator.tasks import Supervisor, cancel
-from moderator.verdict_intake import Overrides, VerdictIntake
+from moderator.verdict_intake import VerdictIntake
 from moderator.verdicts import Reader
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,6 @@ class Moderator:
 
     def __init__(self, settings: Settings, *, classifier: Classifier | None = None) -> None:
         self.settings = settings
-        self.overrides: Overrides | None = None  # what a verdict updates besides its held message
         self.metrics = Metrics(budget_s=settings.budget_ms / 1000)
         self._classifier = classifier
         self._stack = contextlib.AsyncExitStack()
@@ -69,6 +69,7 @@ class Moderator:
         self._metrics_server: MetricsServer | None = None
         self._cache: ScoreCache | None = None
         self._pipeline: Pipeline | None = None
+        self._overrides: Overrides | None = None
         self._publisher: Publisher | None = None
         self._intake: Intake | None = None
         self._fetch_task: asyncio.Task[None] | None = None
@@ -90,6 +91,11 @@ class Moderator:
     def failure(self) -> BaseException | None:
         """The error that stopped a background task, if one did."""
         return self._tasks.failure
+
+    @property
+    def overrides(self) -> Overrides | None:
+        """None when MODERATOR_OVERRIDE_TOPIC is empty."""
+        return self._overrides
 
     @property
     def cache(self) -> ScoreCache:
@@ -124,13 +130,18 @@ class Moderator:
         )
         await self._own(scorer, scorer.start())
         tasks.watch(_started(scorer.task))
+        producer = _producer(s)
+        overrides = self._overrides = overrides_for(s, m, producer)
         review = review_for(s, m, cache, classifier.labels)  # held messages, context, records
         held = review.store
-        self._pipeline = _pipeline(s, m, reader, policies, scorer, cache, review)
+        self._pipeline = Pipeline(
+            classifier, policies, scorer, cache, m, max_record_bytes=s.max_record_bytes,
+            budget_ms=s.budget_ms, fallback=fallback_for(s), reader=reader, review=review,
+            overrides=overrides,
+        )  # fmt: skip
         intake = self._intake = Intake(
             s, m, on_assigned=self._assigned, on_abandoned=self._abandoned
         )
-        producer = _producer(s)
         self._publisher = publisher = _publisher(s, m, producer, intake.acked, tasks)
         await self._own(publisher, start_client(producer, s.kafka_options(), "the producer"))
         feed = await follow_policies(
@@ -139,7 +150,10 @@ class Moderator:
         if feed is not None:  # caught up: then ready
             self._stack.push_async_callback(stop_within, feed)
             tasks.watch(_started(feed.task))
-        verdicts = VerdictIntake(s, m, held, producer, self.overrides)  # applies verdicts
+        if overrides is not None:  # caught up too: then ready; stopped before the producer
+            await self._own(overrides, overrides.start())
+            tasks.watch(_started(overrides.task))
+        verdicts = VerdictIntake(s, m, held, producer, overrides)  # applies verdicts
         await self._own(verdicts, verdicts.start())
         tasks.watch(_started(verdicts.task))
         sweeper = TimeoutSweeper(held, producer, out_topic=s.out_topic, metrics=m)
@@ -153,9 +167,14 @@ class Moderator:
         self._stack.push_async_callback(self._drain)  # the first thing `stop()` does
         log.info(
             "moderating %s → %s (dead letters → %s) as group %s with model %s, policy %s",
-            s.in_topic, s.out_topic, s.dlq_topic, s.group_id, classifier.info.ident,
-            policies.default.ident, extra={"group_id": s.group_id},
-        )  # fmt: skip
+            s.in_topic,
+            s.out_topic,
+            s.dlq_topic,
+            s.group_id,
+            classifier.info.ident,
+            policies.default.ident,
+            extra={"group_id": s.group_id},
+        )
 
     def _serve_metrics(self) -> MetricsServer:
         s = self.settings
@@ -283,29 +302,6 @@ def _cache(s: Settings, metrics: Metrics) -> ScoreCache:
         ttl_s=s.cache_ttl_s,
         l1_size=s.l1_cache_size,
         timeout_ms=s.redis_timeout_ms,
-    )
-
-
-def _pipeline(
-    s: Settings,
-    metrics: Metrics,
-    reader: Reader,
-    policies: PolicyBook,
-    scorer: MicroBatcher,
-    cache: ScoreCache,
-    review: Review,
-) -> Pipeline:
-    return Pipeline(
-        reader.classifier,
-        policies,
-        scorer,
-        cache,
-        metrics,
-        max_record_bytes=s.max_record_bytes,
-        budget_ms=s.budget_ms,
-        fallback=fallback_for(s),
-        reader=reader,
-        review=review,
     )
 
 

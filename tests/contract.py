@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-SCHEMAS = ("chat-message", "decision", "dead-letter-headers", "review", "verdict")
+SCHEMAS = ("chat-message", "decision", "dead-letter-headers", "review", "verdict", "override")
 
 
 @functools.cache

@@ -208,9 +208,11 @@ def test_compose_creates_the_topics_the_scaling_assumes() -> None:
     base_notes = rendered("base")["ScaledObject"]["metadata"]["annotations"]
     assert partitions["chat.messages"] == base_notes["chat-moderator/input-partitions"]
     assert set(partitions) == {"chat.messages", "chat.decisions", "chat.messages.dlq",
-                               "chat.policies", "chat.review", "chat.verdicts"}  # fmt: skip
-    policies = next(line for line in script.splitlines() if "--topic chat.policies" in line)
-    assert "--config cleanup.policy=compact" in policies
+                               "chat.policies", "chat.review", "chat.verdicts",
+                               "chat.overrides"}  # fmt: skip
+    for compacted in ("chat.policies", "chat.overrides"):
+        line = next(line for line in script.splitlines() if f"--topic {compacted} " in line)
+        assert "--config cleanup.policy=compact" in line
 
 
 def test_compose_runs_two_moderators_in_one_group_scraped_as_job_moderator() -> None:
@@ -281,7 +283,7 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
     topics = {t["metadata"]["name"]: t["spec"] for t in resources["KafkaTopic"]}
     settings = config("production")
     names = [settings[f"MODERATOR_{n}_TOPIC"]
-             for n in ("IN", "OUT", "DLQ", "POLICY", "REVIEW", "VERDICT")]  # fmt: skip
+             for n in ("IN", "OUT", "DLQ", "POLICY", "REVIEW", "VERDICT", "OVERRIDE")]  # fmt: skip
     assert set(topics) == set(names)
     partitions = rendered("production")["ScaledObject"]["metadata"]["annotations"]
     assert topics[settings["MODERATOR_IN_TOPIC"]]["partitions"] == int(
@@ -291,9 +293,9 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
     for name, spec in topics.items():
         assert spec["replicas"] == replicas, name
         assert int(spec["config"]["min.insync.replicas"]) == replicas - 1, name
-    policies = topics[settings["MODERATOR_POLICY_TOPIC"]]
-    assert policies["partitions"] == 1
-    assert TOPIC_CONFIG.items() <= policies["config"].items()
+    for compacted in (settings["MODERATOR_POLICY_TOPIC"], settings["MODERATOR_OVERRIDE_TOPIC"]):
+        assert topics[compacted]["partitions"] == 1, compacted
+        assert TOPIC_CONFIG.items() <= topics[compacted]["config"].items(), compacted
     for resource in (*resources["KafkaTopic"], *resources["KafkaUser"]):
         assert resource["apiVersion"] == "kafka.strimzi.io/v1beta2"
         assert resource["metadata"]["labels"]["strimzi.io/cluster"]
@@ -313,6 +315,7 @@ def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
         ("topic", settings["MODERATOR_POLICY_TOPIC"]): {"Read", "Describe"},
         ("topic", settings["MODERATOR_REVIEW_TOPIC"]): {"Write", "Describe"},
         ("topic", settings["MODERATOR_VERDICT_TOPIC"]): {"Read", "Describe"},
+        ("topic", settings["MODERATOR_OVERRIDE_TOPIC"]): {"Read", "Write", "Describe"},
         ("group", settings["MODERATOR_GROUP_ID"]): {"Read", "Describe"},
         ("group", settings["MODERATOR_GROUP_ID"] + GROUP_SUFFIX): {"Read", "Describe"},
     }

@@ -15,6 +15,7 @@ from models import cli as models_cli
 from models.commands import SUBCOMMANDS, USAGE
 from moderator.cli import KAFKA_CONNECTION, _parser
 from moderator.config import ENV_PREFIX, Settings
+from moderator.override_admin import SETTINGS as OVERRIDE_SETTINGS
 from moderator.score import SCORE_INPUT
 
 
@@ -54,6 +55,7 @@ def test_the_walk_reaches_every_command() -> None:
     expected = {"moderator run", "moderator score", "moderator policy", "moderator dev",
                 "moderator demo", "moderator model", "loadgen",
                 *(f"moderator policy {a}" for a in ("put", "get", "list", "delete")),
+                "moderator override list", "moderator override delete",
                 *(f"moderator model {c}" for c in SUBCOMMANDS)}  # fmt: skip
     assert expected <= set(PARSERS)
 
@@ -90,6 +92,15 @@ def test_policy_commands_offer_only_the_settings_they_read(action: str) -> None:
     assert [a.dest for a in positional] == {"put": ["channel", "file"], "list": []}.get(
         action, ["channel"]
     )
+
+
+@pytest.mark.parametrize("action", ["list", "delete"])
+def test_override_commands_offer_only_the_settings_they_read(action: str) -> None:
+    parser = PARSERS[f"moderator override {action}"]
+    offered = flags(parser) - {"--help", "--log-format", "--log-level", "--text", "--channel"}
+    assert offered == setting_flags(OVERRIDE_SETTINGS[action])
+    assert setting_flags([*KAFKA_CONNECTION, "override_topic"]) <= offered
+    assert ("--topic-replication" in offered) == (action == "delete"), "delete creates the topic"
 
 
 def test_dev_offers_no_setting_its_embedded_stack_ignores() -> None:

@@ -33,7 +33,7 @@ OUTSIDE = ("devstack", "loadgen", "models", "bench", "chaos", "tests")
 MAX_IMPORT_DEPTH = 8  # modules on the longest chain of runtime modules importing one another
 MAX_FORMATTER_ESCAPES = 10
 TOOLS = ("devstack", "loadgen", "models")  # the dev-tools distribution's packages
-RUNTIME_COMMANDS = {"run", "score", "policy"}
+RUNTIME_COMMANDS = {"run", "score", "policy", "override", "verdicts"}
 # What a copy of the checkout for a wheel build leaves out: VCS, venvs, build outputs, caches.
 NOT_SOURCES = shutil.ignore_patterns(
     ".git", ".venv", "build", "mutants", "node_modules", "__pycache__", "*.egg-info", ".*_cache"

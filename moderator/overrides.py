@@ -1,0 +1,299 @@
+"""Overrides: a moderator's verdict on a held message, applied to every later message whose
+normalised text is the same, without the model (decision reason `override`).
+
+They live in a compacted topic (default `chat.overrides`, one partition, so its order is the
+order they were written in): key `<digest>` (scope `global`) or `<digest>:<channel_id>` (scope
+`channel`), digest = sha256 hex of `normalize.normalize_text(text)`, value the override as JSON
+(moderator/schemas/override.schema.json), a tombstone deletes it. The latest record of a key
+wins. Every instance reads the whole topic before it is ready and then follows it, like the
+channel policies; the instance that applies a verdict writes its override (`record_verdict`)
+and obeys it at once, the others within a poll (`compacted.POLL_MS`).
+
+No Redis. The issue says "cached in Redis"; it would earn its place only if an instance could not
+hold every override, and it can: each instance must replay the whole topic before it is ready
+anyway (a Redis copy written by the first instance would not spare the second that replay, or
+be trusted without it), so the in-process map *is* the cache. A message is looked up in that
+map with no round trip at all (an empty map costs nothing, not even the hash), where Redis
+would add a round trip per batch, a timeout and a fallback for the same answer. One override
+is a small record in a dict: about 0.7 KB of memory (tests/unit/test_overrides.py measures it),
+so a million overrides cost each instance ~0.7 GB, which is where a Redis-backed map would start
+to pay; admin reads (`moderator override list`) read the topic, the source of truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
+
+from moderator.compacted import poll, read_to_end, record_key
+from moderator.config import Settings
+from moderator.connect import start_client, stop_within
+from moderator.errors import ModeratorError
+from moderator.metrics import Metrics
+from moderator.normalize import normalize_text
+from moderator.records import SCOPES, VERDICTS, ChatMessage, Verdict
+from moderator.tasks import cancel
+from moderator.topics import ensure_topics
+
+log = logging.getLogger(__name__)
+
+REASON = "override"  # the decision's reason
+ACTIONS = VERDICTS  # an override's action is the verdict's
+TOPIC_CONFIG = {"cleanup.policy": "compact"}
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+class InvalidOverride(ModeratorError):
+    """An override record that does not validate (it is ignored; the previous one stays)."""
+
+
+def text_digest(text: str) -> str:
+    """The digest overrides are keyed by: sha256 hex of the normalised text."""
+    return hashlib.sha256(normalize_text(text).encode("utf-8")).hexdigest()
+
+
+def override_key(digest: str, channel_id: str | None = None) -> str:
+    """The topic key: `<digest>` for an override everywhere, `<digest>:<channel_id>` for one
+    channel."""
+    return digest if channel_id is None else f"{digest}:{channel_id}"
+
+
+class Override(NamedTuple):
+    """One override (moderator/schemas/override.schema.json)."""
+
+    digest: str
+    scope: str  # global | channel
+    channel_id: str | None  # the channel, for scope channel
+    action: str
+    moderator_id: str
+    message_id: str  # the held message whose verdict made it
+    reason: str | None
+    at_ms: int  # the verdict's
+
+    @property
+    def key(self) -> str:
+        return override_key(self.digest, self.channel_id if self.scope == "channel" else None)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self._asdict())
+
+    @classmethod
+    def parse(cls, key: str, value: bytes) -> Override:
+        """The override a record holds; InvalidOverride when it does not validate or its key is
+        not the one its fields make."""
+        try:
+            data = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidOverride(f"override {key!r}: not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidOverride(f"override {key!r}: an override is a JSON object")
+        try:
+            override = cls(**{f: data[f] for f in cls._fields})
+        except KeyError as exc:
+            raise InvalidOverride(f"override {key!r}: missing {exc.args[0]!r}") from None
+        if why := override._invalid():
+            raise InvalidOverride(f"override {key!r}: {why}")
+        if override.key != key:
+            raise InvalidOverride(f"override {key!r}: its fields make the key {override.key!r}")
+        return override
+
+    def _invalid(self) -> str | None:
+        """Why the fields are not an override, or None."""
+        strings = (self.moderator_id, self.message_id)
+        if not isinstance(self.digest, str) or not _DIGEST.fullmatch(self.digest):
+            return "digest is not a sha256 hex digest"
+        if self.scope not in SCOPES:
+            return f"scope {self.scope!r} is not one of {', '.join(SCOPES)}"
+        if (self.scope == "channel") != isinstance(self.channel_id, str) or self.channel_id == "":
+            return "channel_id is a channel exactly when the scope is channel"
+        if self.action not in ACTIONS:
+            return f"action {self.action!r} is not one of {', '.join(ACTIONS)}"
+        if not all(isinstance(s, str) and s for s in strings):
+            return "moderator_id and message_id are non-empty strings"
+        if self.reason is not None and not isinstance(self.reason, str):
+            return "reason is a string or null"
+        if type(self.at_ms) is not int:
+            return "at_ms is an integer"
+        return None
+
+
+def from_verdict(text: str, channel_id: str, verdict: Verdict) -> Override | None:
+    """The override a verdict on a message with `text` makes; None for a text that normalises to
+    nothing (it would match every empty message)."""
+    if not normalize_text(text):
+        return None
+    channel = verdict.scope == "channel"
+    return Override(
+        digest=text_digest(text),
+        scope="channel" if channel else "global",
+        channel_id=channel_id if channel else None,
+        action=verdict.verdict,
+        moderator_id=verdict.moderator_id,
+        message_id=verdict.message_id,
+        reason=verdict.reason,
+        at_ms=verdict.at_ms,
+    )
+
+
+class OverrideBook:
+    """The overrides in effect, by topic key; pure (the feed and the CLI fill it)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Override] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def entries(self) -> list[Override]:
+        return list(self._by_key.values())
+
+    def apply(self, key: str, value: bytes | None) -> str:
+        """Apply one topic record; what happened (`applied`, `removed`). Raises InvalidOverride,
+        leaving the book as it was, for a record that does not validate."""
+        if value is None:
+            self._by_key.pop(key, None)
+            return "removed"
+        self.put(Override.parse(key, value))
+        return "applied"
+
+    def put(self, override: Override) -> None:
+        self._by_key[override.key] = override
+
+    def find(self, digest: str, channel_id: str) -> Override | None:
+        """The override for `digest` in `channel_id`: the channel's own first, then the global."""
+        by_key = self._by_key
+        return by_key.get(override_key(digest, channel_id)) or by_key.get(digest)
+
+    def lookup(self, text: str, channel_id: str) -> str | None:
+        """The human's action for `text` in `channel_id`, or None."""
+        if not self._by_key:
+            return None
+        found = self.find(text_digest(text), channel_id)
+        return found.action if found is not None else None
+
+
+class Overrides:
+    """The override book kept in step with its topic, and the writer of new overrides.
+    `start()` returns once the topic is read to its end (then it follows it in `task`)."""
+
+    def __init__(
+        self,
+        topic: str,
+        kafka_options: Mapping[str, Any],
+        metrics: Metrics,
+        *,
+        producer: AIOKafkaProducer | None = None,
+        replication: int = 1,
+    ) -> None:
+        self.book = OverrideBook()
+        self.topic = topic
+        self.options = dict(kafka_options)
+        self.metrics = metrics
+        self.producer = producer  # shared with the publisher, which starts and stops it
+        self.replication = replication
+        self._consumer: AIOKafkaConsumer | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def lookup(self, text: str, channel_id: str) -> str | None:
+        return self.book.lookup(text, channel_id)
+
+    def decide(self, messages: Sequence[ChatMessage]) -> list[str | None]:
+        """Per message, the human's action when an override covers it (counted), else None."""
+        if not len(self.book):
+            return [None] * len(messages)
+        actions = [self.book.lookup(m.text, m.channel_id) for m in messages]
+        for action in actions:
+            if action is not None:
+                self.metrics.override_decisions.labels(action).inc()
+        return actions
+
+    async def record_verdict(self, *, text: str, channel_id: str, verdict: Verdict) -> None:
+        """Write the override `verdict` makes for `text` (acknowledged by every in-sync replica)
+        and obey it here at once. Raises KafkaError when it was not written: the caller does
+        not commit the verdict then, so it is applied again."""
+        override = from_verdict(text, channel_id, verdict)
+        if override is None:
+            log.info("verdict on %s: an empty text makes no override", verdict.message_id)
+            return
+        if self.producer is None:
+            raise RuntimeError("Overrides.record_verdict needs a producer")
+        await self.producer.send_and_wait(self.topic, override.encode(), key=override.key.encode())
+        self.book.put(override)
+        self._count("applied")
+
+    async def start(self) -> None:
+        """Create the topic if missing, read it to its end offsets, then follow it."""
+        try:
+            await ensure_topics(
+                self.options,
+                {self.topic: 1},
+                configs={self.topic: TOPIC_CONFIG},
+                replication=self.replication,
+            )
+        except KafkaError as exc:  # not allowed to create topics: it may exist all the same
+            log.warning("could not make sure the overrides topic %s exists: %r", self.topic, exc)
+        self._consumer = consumer = AIOKafkaConsumer(
+            **self.options, group_id=None, enable_auto_commit=False, client_id="moderator-overrides"
+        )
+        await start_client(consumer, self.options, "the overrides consumer")
+        started = time.perf_counter()
+        if not await read_to_end(consumer, self.topic, self._apply_record):
+            log.warning("no overrides topic %s: no overrides", self.topic)
+        log.info(
+            "overrides: %d read from %s in %.2f s",
+            len(self.book),
+            self.topic,
+            time.perf_counter() - started,
+        )
+        self.task = asyncio.create_task(self._follow(), name="moderator-overrides")
+
+    async def stop(self) -> None:
+        await cancel(self.task)
+        if self._consumer is not None:
+            await stop_within(self._consumer)
+
+    async def _follow(self) -> None:
+        consumer = self._consumer
+        if consumer is None or not consumer.assignment():
+            await asyncio.Event().wait()  # no topic to follow: idle until stopped
+        while True:
+            assert consumer is not None
+            await poll(consumer, self._apply_record)
+
+    def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        key = record_key(record)
+        try:
+            result = self.book.apply(key, record.value)
+        except InvalidOverride as exc:
+            self._count("rejected")
+            log.error("%s; ignored (an earlier override for it stays)", exc)
+            return
+        self._count(result)
+
+    def _count(self, result: str) -> None:
+        self.metrics.override_updates.labels(result).inc()
+        self.metrics.overrides.set(len(self.book))
+
+
+def overrides_for(s: Settings, metrics: Metrics, producer: AIOKafkaProducer) -> Overrides | None:
+    """The overrides `s` names (None when MODERATOR_OVERRIDE_TOPIC is empty), writing with the
+    moderator's `producer`; not started."""
+    if not s.override_topic:
+        return None
+    return Overrides(
+        s.override_topic,
+        s.kafka_options(),
+        metrics,
+        producer=producer,
+        replication=s.topic_replication,
+    )
