@@ -209,14 +209,14 @@ class Metrics:
         _precreate(self.commits, *COMMIT_RESULTS)
         _precreate(self.policy_updates, *POLICY_RESULTS)
         _precreate(self.verdict_outcomes, *VERDICT_OUTCOMES)
+        _precreate(self.override_decisions, *OVERRIDE_ACTIONS)
+        _precreate(self.override_updates, *POLICY_RESULTS)
 
     def precreate_verdicts(self, labels: Iterable[str]) -> None:
         """Every agreement series at 0: a held message's label is one of the model's `labels`
         or a reason that holds without one."""
         for label in (*labels, *HOLD_REASONS):
             _precreate(self.verdicts, *(("review", v, label) for v in VERDICTS))
-        _precreate(self.override_decisions, *OVERRIDE_ACTIONS)
-        _precreate(self.override_updates, *POLICY_RESULTS)
 
 
 class _Handler(BaseHTTPRequestHandler):
