@@ -16,6 +16,7 @@ import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from moderator.classifier import Classifier, Scores
 from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
-from moderator.policy import Policy
+from moderator.policy import Policy, Verdict
 from moderator.records import (
     ChatMessage,
     InboundRecord,
@@ -37,7 +38,16 @@ from moderator.records import (
     encode_decision,
     parse_message,
 )
+from moderator.users import Escalated, Escalation
 from moderator.verdicts import Judged, Reader, Screened, judge, screen
+
+
+class _Decision(NamedTuple):
+    """A message's verdict and the rest of its record, encoded once the batch is decided (the
+    users' rules may still move the action up and count the strike)."""
+
+    verdict: Verdict
+    fields: dict[str, Any]  # encode_decision's other arguments
 
 
 @dataclass(eq=False, slots=True)
@@ -52,12 +62,7 @@ class _Message:
     scores: Scores | None = None  # from the cache (one row, or a row per window)
     model_call: asyncio.Future[ModelResult] | None = None  # the model call it waits for
     owner: bool = False  # it started that call (else it joined one already under way)
-    outcome: Outcome | None = None  # its decision, once decided
-
-    @property
-    def decided(self) -> Outcome:
-        assert self.outcome is not None, "every message is decided before process() returns"
-        return self.outcome
+    decision: _Decision | None = None  # once decided
 
 
 class Pipeline:
@@ -75,6 +80,7 @@ class Pipeline:
         budget_ms: float,
         fallback: Fallback | None = None,
         reader: Reader | None = None,
+        users: Escalation | None = None,
     ) -> None:
         self.classifier = classifier
         self.reader = reader if reader is not None else Reader(classifier)
@@ -89,6 +95,7 @@ class Pipeline:
         self.max_record_bytes = max_record_bytes
         self.budget_ms = budget_ms
         self.fallback = fallback
+        self.users = users  # moderator/users.py: strikes, mute, flood, repeats, links
         self.model_ident = classifier.info.ident
         self.model_sha256 = classifier.info.sha256  # what the cache keys on
         self._model_calls: dict[bytes, asyncio.Future[ModelResult]] = {}  # by cache key
@@ -113,15 +120,23 @@ class Pipeline:
                 continue
             slots.append(_Message(record, chat, self.policies.for_channel(chat.channel_id)))
         messages = [m for m in slots if isinstance(m, _Message)]
-        screened = screen(self.reader, [(m.policy, m.chat.text) for m in messages])
-        for m, text in zip(messages, screened, strict=True):
+        if self.users is not None:  # muted, flooding, spamming or linking: without the model
+            early = await self.users.before([(m.chat, m.policy) for m in messages])
+            for m, verdict in zip(messages, early, strict=True):
+                if verdict is not None:
+                    m.decision = self._decide(
+                        m, fetched, Judged(verdict, {}, (0, len(m.chat.text)))
+                    )
+        undecided = [m for m in messages if m.decision is None]
+        screened = screen(self.reader, [(m.policy, m.chat.text) for m in undecided])
+        for m, text in zip(undecided, screened, strict=True):
             if text.verdict is not None:  # decided without the model: a deny term, empty text
-                m.outcome = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
+                m.decision = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
             else:
                 m.screened, m.key = text, text.key(self.model_sha256, self.reader)
                 self.metrics.message_windows.observe(len(text.rows))
 
-        lookups = [m for m in messages if m.outcome is None]
+        lookups = [m for m in undecided if m.decision is None]
         hits = await self.cache.get_many([m.key for m in lookups])
         late_before_ms = int(time.time() * 1000) - self.budget_ms
         for m, scores in zip(lookups, hits, strict=True):
@@ -130,7 +145,7 @@ class Pipeline:
             elif self.fallback is not None and m.chat.sent_at_ms < late_before_ms:
                 verdict = self.fallback.decide(m.chat.text)
                 judged = Judged(verdict, {}, (0, len(m.chat.text)))
-                m.outcome = self._decide(m, fetched, judged, degraded=True)
+                m.decision = self._decide(m, fetched, judged, degraded=True)
             else:
                 self._submit(m)
 
@@ -138,20 +153,26 @@ class Pipeline:
         if calls:
             await asyncio.gather(*calls.values())
         for m in lookups:  # decide
-            if m.outcome is not None:  # degraded
+            if m.decision is not None:  # degraded
                 continue
             if m.model_call is None or not m.owner:  # from the cache, or another's model call
                 scores = m.scores if m.model_call is None else m.model_call.result().scores
                 assert scores is not None
-                m.outcome = self._decide_on_scores(m, fetched, scores, cached=True)
+                m.decision = self._decide_on_scores(m, fetched, scores, cached=True)
                 continue
             s = m.model_call.result()
             self.metrics.stage_seconds.labels("queue").observe(s.queued_s)
             self.metrics.stage_seconds.labels("score").observe(s.score_s)
-            m.outcome = self._decide_on_scores(
+            m.decision = self._decide_on_scores(
                 m, fetched, s.scores, cached=False, score_s=s.score_s, queued_s=s.queued_s
             )
-        return [slot if isinstance(slot, Outcome) else slot.decided for slot in slots]
+        decided = [(m.chat, m.policy, _decided(m).verdict) for m in messages]
+        if self.users is not None:  # strikes, and one step up the ladder past the limit
+            users = await self.users.after(decided)
+        else:
+            users = [Escalated(verdict.action, 0, False) for _, _, verdict in decided]
+        outcomes = iter(_outcome(m, u) for m, u in zip(messages, users, strict=True))
+        return [slot if isinstance(slot, Outcome) else next(outcomes) for slot in slots]
 
     def _submit(self, m: _Message) -> None:
         """Send `m` to the model, or, single flight, join the call already scoring its text (from
@@ -180,7 +201,7 @@ class Pipeline:
         cached: bool,
         score_s: float = 0.0,
         queued_s: float | None = None,
-    ) -> Outcome:
+    ) -> _Decision:
         """The policy's decision on `scores` (one row, or a row per window)."""
         assert m.screened is not None
         judged = judge(self.reader, m.policy, m.screened, scores)
@@ -200,8 +221,8 @@ class Pipeline:
         degraded: bool = False,
         score_s: float = 0.0,
         queued_s: float | None = None,
-    ) -> Outcome:
-        """The encoded decision for `m`, timed now."""
+    ) -> _Decision:
+        """The decision for `m`, timed now."""
         msg = m.chat
         total_s = time.perf_counter() - fetched
         if queued_s is None:
@@ -209,11 +230,7 @@ class Pipeline:
         decided_at_ms = int(time.time() * 1000)
         over_budget = decided_at_ms - msg.sent_at_ms > self.budget_ms
         verdict = judged.verdict
-        value = encode_decision(
-            msg,
-            action=verdict.action,
-            reason=verdict.reason,
-            severity=verdict.severity,
+        fields: dict[str, Any] = dict(
             scores=judged.scores,
             model=self.model_ident,
             policy=m.policy.ident,
@@ -232,10 +249,30 @@ class Pipeline:
         if degraded:
             self.metrics.degraded.labels(verdict.action).inc()
         self.metrics.stage_seconds.labels("total").observe(total_s)
-        key = m.record.key
-        if key is None:  # keep one channel's decisions together even for unkeyed input
-            key = msg.channel_id.encode()
-        return Outcome(key, value, carried_headers(m.record), action=verdict.action)
+        return _Decision(verdict, fields)
+
+
+def _decided(m: _Message) -> _Decision:
+    assert m.decision is not None, "every message is decided before process() returns"
+    return m.decision
+
+
+def _outcome(m: _Message, users: Escalated) -> Outcome:
+    """`m`'s decision record, with its action as the users' rules left it."""
+    verdict, fields = _decided(m)
+    value = encode_decision(
+        m.chat,
+        action=users.action,
+        reason=verdict.reason,
+        severity=verdict.severity,
+        strikes=users.strikes,
+        escalated=users.escalated,
+        **fields,
+    )
+    key = m.record.key
+    if key is None:  # keep one channel's decisions together even for unkeyed input
+        key = m.chat.channel_id.encode()
+    return Outcome(key, value, carried_headers(m.record), action=users.action)
 
 
 async def _gathered(calls: list[asyncio.Future[ModelResult]]) -> ModelResult:

@@ -35,6 +35,7 @@ from moderator.terms import (
     default_term_entries,
     deny_entries,
 )
+from moderator.user_rules import rules_of
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Policy:
         self.rules = tuple(rules)
         self.actions = (ALLOW, *actions)  # increasing severity
         self.spec = dict(spec or {})  # what it was read from: what a partial policy merges onto
+        self.users = rules_of(self.spec, self.actions, name)  # moderator/user_rules.py
         rank = {action: i for i, action in enumerate(self.actions)}
         # What a human should look at: `review`, or the least severe action of a policy that
         # lists its own actions without it (never `allow`: unread text is not let through).

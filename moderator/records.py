@@ -159,6 +159,8 @@ def encode_decision(
     span: tuple[int, int],
     truncated: bool = False,
     language: str | None = None,
+    strikes: int = 0,
+    escalated: bool = False,
 ) -> bytes:
     """The outbound decision record (moderator/schemas/decision.schema.json)."""
     record: dict[str, object] = {
@@ -182,6 +184,8 @@ def encode_decision(
         "decided_at_ms": decided_at_ms,
         "span": span,
         "truncated": truncated,
+        "strikes": strikes,  # the user's, in the policy's window (moderator/users.py)
+        "escalated": escalated,
     }
     if language is not None:  # only when the gate named a language the model does not read
         record["language"] = language

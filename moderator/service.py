@@ -34,6 +34,7 @@ from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
 from moderator.tasks import Supervisor, cancel
+from moderator.users import Escalation
 from moderator.verdicts import Reader
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,9 @@ class Moderator:
         )
         await self._own(scorer, scorer.start())
         tasks.watch(_started(scorer.task))
-        self._pipeline = _pipeline(s, m, reader, policies, scorer, cache)
+        users = Escalation(m, s.redis_url, timeout_ms=s.redis_timeout_ms)
+        await self._own(users, users.start())
+        self._pipeline = _pipeline(s, m, reader, policies, scorer, cache, users)
         intake = self._intake = Intake(
             s, m, on_assigned=self._assigned, on_abandoned=self._abandoned
         )
@@ -282,6 +285,7 @@ def _pipeline(
     policies: PolicyBook,
     scorer: MicroBatcher,
     cache: ScoreCache,
+    users: Escalation,
 ) -> Pipeline:
     return Pipeline(
         reader.classifier,
@@ -293,6 +297,7 @@ def _pipeline(
         budget_ms=s.budget_ms,
         fallback=fallback_for(s),
         reader=reader,
+        users=users,
     )
 
 
