@@ -211,13 +211,15 @@ class MemoryState:
             if s.flood_n:
                 flood = self._set(_key(s.user_id, "flood"), ttl)
                 flood.setdefault(s.message_id, s.t_ms)
-                n = _trim_count(flood, s.t_ms - s.flood_ms, s.t_ms)
+                _trim(flood, s.t_ms - s.flood_ms)
+                n = _count(flood, s.t_ms - s.flood_ms, s.t_ms)
                 if code == NONE and n > s.flood_n:
                     code = RATE_LIMITED
             if s.repeat_k:
                 seen = self._set(_key(s.user_id, "repeat", s.digest), ttl)
                 seen[s.channel_id] = max(seen.get(s.channel_id, s.t_ms), s.t_ms)
-                n = _trim_count(seen, s.t_ms - s.repeat_ms, None)
+                _trim(seen, s.t_ms - s.repeat_ms)
+                n = _count(seen, s.t_ms - s.repeat_ms, None)
                 if code == NONE and n >= s.repeat_k:
                     code = SPAM
             out.append(code)
@@ -232,7 +234,9 @@ class MemoryState:
             if s.flagged:
                 strikes = self._set(key, s.window_ms + MARGIN_MS)
                 strikes.setdefault(s.message_id, s.t_ms)
-            n = _trim_count(strikes, s.t_ms - s.window_ms, s.t_ms)
+            if s.flagged:
+                _trim(strikes, s.t_ms - s.window_ms)
+            n = _count(strikes, s.t_ms - s.window_ms, s.t_ms)
             escalate = s.flagged and n - 1 >= s.k
             if escalate and s.mute_ms:
                 mute_all, mute_channel = mute_keys(s.user_id, s.channel_id)
@@ -245,8 +249,12 @@ class MemoryState:
         return out
 
 
-def _trim_count(members: dict[str, int], after_ms: int, until_ms: int | None) -> int:
-    """Drop members at or before `after_ms`; count those up to `until_ms` (None: all)."""
+def _trim(members: dict[str, int], after_ms: int) -> None:
+    """Drop members at or before `after_ms` (ZREMRANGEBYSCORE -inf after_ms)."""
     for member in [m for m, t in members.items() if t <= after_ms]:
         del members[member]
-    return sum(1 for t in members.values() if until_ms is None or t <= until_ms)
+
+
+def _count(members: dict[str, int], after_ms: int, until_ms: int | None) -> int:
+    """Members after `after_ms` up to `until_ms` (None: all) (ZCOUNT (after until)."""
+    return sum(1 for t in members.values() if t > after_ms and (until_ms is None or t <= until_ms))
