@@ -3,6 +3,7 @@ repeats and links (moderator/user_rules.py, user_state.py, users.py)."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import orjson
@@ -17,8 +18,10 @@ from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy import Policy, Verdict, read_spec
 from moderator.records import ChatMessage
+from moderator.score import decide_lines
 from moderator.user_rules import UserRules, host_of
 from moderator.users import Escalation
+from moderator.verdicts import Reader
 
 S = 1000  # ms
 
@@ -265,3 +268,32 @@ def _record(i: int, text: str) -> _Record:
     sent = 1_700_000_000_000 + i
     value = {"message_id": f"m-{i}", "channel_id": "c", "user_id": "u", "text": text}
     return _Record(orjson.dumps({**value, "sent_at_ms": sent}), i)
+
+
+def test_score_applies_the_user_rules_line_after_line(reader: Reader) -> None:
+    p = policy(strikes=2, mute_s=60, repeat_channels=2, links_deny=["evil.com"])
+    p = Policy.from_mapping({**p.spec, "deny": [{"term": "potato", "action": "nudge"}]})
+    said = [
+        ("a", "sam", "potato"), ("b", "sam", "potato salad"), ("a", "sam", "potato again"),
+        ("c", "sam", "hello"), ("a", "kim", "see evil.com"), ("a", "kim", "buy gold"),
+        ("b", "kim", "BUY GOLD"),
+    ]  # fmt: skip
+    lines = [
+        orjson.dumps({"message_id": str(i), "channel_id": c, "user_id": u, "text": t,
+                      "sent_at_ms": 1000 * i}).decode() + "\n"
+        for i, (c, u, t) in enumerate(said)
+    ]  # fmt: skip
+    lines.append('{"text": "no user"}\n')
+    out = io.StringIO()
+    assert decide_lines(lines, reader, p, out, users=Escalation(Metrics())) == 0
+    rows = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["action"], r["reason"], r["strikes"], r["escalated"]) for r in rows] == [
+        ("nudge", "deny:policy:custom", 1, False),
+        ("nudge", "deny:policy:custom", 2, False),
+        ("review", "deny:policy:custom", 3, True),
+        ("block", "muted", 3, False),  # the line right after: muted, in another channel too
+        ("block", "link:evil.com", 1, False),
+        ("allow", None, 1, False),
+        ("block", "spam", 2, False),
+        ("allow", None, 0, False),
+    ]
