@@ -148,9 +148,11 @@ def user_rules(spec: object, actions: Sequence[str], where: str) -> UserRules:
 
 
 def escalated(action: str, actions: Sequence[str]) -> str:
-    """One step up the policy's ladder (`nudge` → `review` → `block`); the top stays."""
-    rank = actions.index(action)
-    return actions[min(rank + 1, len(actions) - 1)]
+    """One step up the policy's ladder (`nudge` → `review` → `block`); the top stays, and so
+    does an action the policy does not list (a degraded decision's `block`)."""
+    if action not in actions:
+        return action
+    return actions[min(actions.index(action) + 1, len(actions) - 1)]
 
 
 def rules_of(policy_spec: Mapping[str, Any], actions: Sequence[str], where: str) -> UserRules:

@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from moderator.cache import _reraise_cancel
+from moderator.cache import WARN_EVERY_S, _reraise_cancel
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
 from moderator.policy import Policy, Verdict
@@ -69,6 +69,7 @@ class Escalation:
         self._client: aioredis.Redis | None = None
         self._redis: RedisState | None = None
         self._degraded_at: float | None = None  # time.monotonic() of the last failure
+        self._warned_at = -WARN_EVERY_S
 
     async def start(self) -> None:
         if not self.redis_url or self._client is not None:
@@ -181,6 +182,8 @@ class Escalation:
         self.metrics.redis_errors.inc()
         if self._degraded_at is None:
             self.metrics.user_state_degraded.set(1)
+        if self._degraded_at is None and now - self._warned_at > WARN_EVERY_S:
+            self._warned_at = now  # a flapping Redis warns once a minute, not per flap
             log.warning(
                 "user state: redis at %s failed (%s: %s); counting users in this process "
                 "alone until it answers again",

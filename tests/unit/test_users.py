@@ -3,8 +3,9 @@ repeats and links (moderator/user_rules.py, user_state.py, users.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -20,6 +21,7 @@ from moderator.policy import Policy, Verdict, read_spec
 from moderator.records import ChatMessage
 from moderator.score import decide_lines
 from moderator.user_rules import UserRules, host_of
+from moderator.user_state import MemoryState, RedisState
 from moderator.users import Escalation
 from moderator.verdicts import Reader
 
@@ -129,6 +131,20 @@ async def test_k_strikes_escalate_the_next_flagged_message_one_step() -> None:
     assert up[0].action == "block"
     top = await users.after([(msg(10, t_s=6), p, flagged("block"))])
     assert top[0].action == "block"  # the top of the ladder stays
+
+
+async def test_an_action_the_policy_does_not_list_is_not_escalated() -> None:
+    spec = {"name": "p", "version": 1, "actions": ["warn", "mute"], "users": {"strikes": 1}}
+    p = Policy.from_mapping(spec)
+    users = Escalation(Metrics())
+    out = await users.after([(msg(i, t_s=i), p, Verdict(a, None)) for i, a in
+                             enumerate(["warn", "block", "warn", "mute"])])  # fmt: skip
+    assert [(e.action, e.escalated) for e in out] == [
+        ("warn", False),
+        ("block", True),
+        ("mute", True),
+        ("mute", True),
+    ]
 
 
 async def test_an_allowed_message_is_no_strike_but_carries_the_count() -> None:
@@ -297,3 +313,56 @@ def test_score_applies_the_user_rules_line_after_line(reader: Reader) -> None:
         ("block", "spam", 2, False),
         ("allow", None, 0, False),
     ]
+
+
+class _Hanging:
+    """A Redis that never answers."""
+
+    async def before(self, batch: Any) -> list[int]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    after = before
+
+
+async def test_a_slow_redis_falls_back_to_process_state_and_recovers(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = policy(flood_messages=1, strikes=1)
+    users = Escalation(Metrics(), timeout_ms=20)
+    working = users._redis = cast(RedisState, _Fake())
+    users._redis = cast(RedisState, _Hanging())
+    out = [await users.before([(msg(i, t_s=i), p)]) for i in range(3)]
+    assert out == [[None], [Verdict("block", "rate_limited")], [Verdict("block", "rate_limited")]]
+    assert users.degraded
+    gauge = users.metrics.registry.get_sample_value("moderator_user_state_degraded")
+    assert gauge == 1
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, "one warning, not one per batch"
+    monkeypatch.setattr("moderator.users.RETRY_S", 0.0)
+    users._redis = working
+    await users.before([(msg(9, t_s=9), p)])
+    assert not users.degraded
+    assert users.metrics.registry.get_sample_value("moderator_user_state_degraded") == 0
+
+
+async def test_an_unreachable_redis_never_stops_a_decision() -> None:
+    p = policy(strikes=1)
+    users = Escalation(Metrics(), "redis://127.0.0.1:1/0", timeout_ms=200)
+    await users.start()
+    try:
+        out = await users.after([(msg(i, t_s=i), p, flagged()) for i in range(2)])
+    finally:
+        await users.stop()
+    assert out == [("nudge", 1, False), ("review", 2, True)]
+    assert users.degraded
+
+
+class _Fake:
+    """A Redis that answers as the process state would."""
+
+    def __init__(self) -> None:
+        self.state = MemoryState()
+
+    async def before(self, batch: Any) -> list[int]:
+        return self.state.before(batch)
