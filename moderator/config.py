@@ -66,6 +66,8 @@ HELP = {
     "cache_ttl_s": "time-to-live of verdicts in Redis",
     "l1_cache_size": "entries in the in-process verdict cache (0 disables it)",
     "redis_timeout_ms": "give up on a Redis call after this long",
+    "user_state_timeout_ms": "give up on a users' state call to Redis after this long (then "
+    "this process's own state, retried each second)",
     "commit_interval_s": "how often acknowledged offsets are committed",
     "fetch_max_wait_ms": "longest the broker may hold a fetch waiting for data",
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
@@ -113,6 +115,9 @@ class Settings:
     cache_ttl_s: int = 86400
     l1_cache_size: int = 100_000
     redis_timeout_ms: float = 25.0
+    # A batch's users' state is one script call, and a missed one splits the state: more slack
+    # than a cache lookup, which only costs a model call.
+    user_state_timeout_ms: float = 250.0
     commit_interval_s: float = 0.5
     fetch_max_wait_ms: int = 5
     shutdown_timeout_s: float = 15.0
@@ -151,8 +156,8 @@ class Settings:
             self._check_redis_url(bad)
         positive = ("threads", "batch_threads", "budget_ms", "max_batch", "max_in_flight",
                     "max_windows", "max_record_bytes", "cache_ttl_s", "redis_timeout_ms",
-                    "commit_interval_s", "shutdown_timeout_s", "topic_partitions",
-                    "topic_replication")  # fmt: skip
+                    "user_state_timeout_ms", "commit_interval_s", "shutdown_timeout_s",
+                    "topic_partitions", "topic_replication")  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")

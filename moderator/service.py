@@ -121,7 +121,7 @@ class Moderator:
         )
         await self._own(scorer, scorer.start())
         tasks.watch(_started(scorer.task))
-        users = Escalation(m, s.redis_url, timeout_ms=s.redis_timeout_ms)
+        users = Escalation(m, s.redis_url, timeout_ms=s.user_state_timeout_ms)
         await self._own(users, users.start())
         self._pipeline = _pipeline(s, m, reader, policies, scorer, cache, users)
         intake = self._intake = Intake(

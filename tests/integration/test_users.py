@@ -263,3 +263,27 @@ async def test_redis_killed_mid_stream_degrades_to_process_state_and_recovers(
         trips = sample(service, "moderator_user_state_round_trips_total", step="before")
         consumed = sample(service, "moderator_messages_consumed_total")
         print(f"users' state: {trips:.0f} before-calls for {consumed:.0f} messages")
+
+
+async def test_redis_round_trips_are_per_batch_not_per_message(
+    settings: Settings, classifier: Classifier, producer: AIOKafkaProducer, tmp_path: Path
+) -> None:
+    users = {"strikes": 3, "flood_messages": 50, "repeat_channels": 3, "links_deny": ["x.test"]}
+    s = settings.replace(policy=policy_file(tmp_path, **users))
+    n = 600
+    backlog = [value(f"r-{i}", f"ch-{i % 9}", f"line {i % 40}", user=f"u-{i % 40}")
+               for i in range(n)]  # fmt: skip
+    await send(producer, s.in_topic, backlog[: n // 2], partition=0)
+    await send(producer, s.in_topic, backlog[n // 2 :], partition=1)
+    async with Moderator(s, classifier=classifier) as service:
+        await service.wait_ready(30)
+        records = await consume(s.kafka_bootstrap, s.out_topic, until=lambda r: len(r) >= n)
+        assert len(decisions_by_id(records)) == n
+        before = sample(service, "moderator_user_state_round_trips_total", step="before")
+        after = sample(service, "moderator_user_state_round_trips_total", step="after")
+        local = sample(service, "moderator_user_state_local_total", step="before")
+    assert local == 0
+    assert before == after, "one call per step and batch"
+    assert before < n, "a batch of messages shares one call"
+    print(f"users' state: {before + after:.0f} Redis round trips for {n} messages "
+          f"({(before + after) / n:.3f} per message, {n / before:.1f} per batch)")  # fmt: skip
