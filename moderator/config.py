@@ -66,8 +66,7 @@ HELP = {
     "cache_ttl_s": "time-to-live of verdicts in Redis",
     "l1_cache_size": "entries in the in-process verdict cache (0 disables it)",
     "redis_timeout_ms": "give up on a Redis call after this long",
-    "user_state_timeout_ms": "give up on a users' state call to Redis after this long (then "
-    "this process's own state, retried each second)",
+    "user_state_timeout_ms": "give up on a users' state call to Redis after this long",
     "commit_interval_s": "how often acknowledged offsets are committed",
     "fetch_max_wait_ms": "longest the broker may hold a fetch waiting for data",
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
@@ -115,9 +114,7 @@ class Settings:
     cache_ttl_s: int = 86400
     l1_cache_size: int = 100_000
     redis_timeout_ms: float = 25.0
-    # A batch's users' state is one script call, and a missed one splits the state: more slack
-    # than a cache lookup, which only costs a model call.
-    user_state_timeout_ms: float = 250.0
+    user_state_timeout_ms: float = 250.0  # a miss splits users' state: more than a cache miss
     commit_interval_s: float = 0.5
     fetch_max_wait_ms: int = 5
     shutdown_timeout_s: float = 15.0
