@@ -5,8 +5,10 @@ per-process state and recovers. Nothing here asserts a time: waits have deadline
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from devstack.child import ModeratorChild, moderator_env
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator.classifier import Classifier
 from moderator.config import Settings
@@ -40,7 +43,17 @@ def policy_file(tmp_path: Path, **users: Any) -> Path:
     return path
 
 
-def value(message_id: str, channel: str, text: str, *, user: str = "u-1", **extra: Any) -> bytes:
+USER = ["u"]  # this test's user: the Redis is the session's, and users' state outlives a test
+
+
+@pytest.fixture(autouse=True)
+def fresh_user() -> None:
+    USER[0] = f"u-{uuid.uuid4().hex[:8]}"
+
+
+def value(message_id: str, channel: str, text: str, *, user: str = "", **extra: Any) -> bytes:
+    """A chat message of this test's user (or of `user`, a name of this test)."""
+    user = f"{USER[0]}{user}"
     record = {"message_id": message_id, "channel_id": channel, "user_id": user, "text": text,
               "sent_at_ms": int(time.time() * 1000)}  # fmt: skip
     record.update(extra)
@@ -80,17 +93,6 @@ async def decision(s: Settings, message_id: str, nth: int = 1) -> dict[str, Any]
 
 def sample(service: Moderator, name: str, **labels: str) -> float:
     return service.metrics.registry.get_sample_value(name, labels) or 0.0
-
-
-def owned(service: Moderator, topic: str) -> set[int]:
-    """The input partitions `service` reports lag for: the ones assigned to it."""
-    return {
-        int(s.labels["partition"])
-        for metric in service.metrics.registry.collect()
-        if metric.name == "moderator_consumer_lag"
-        for s in metric.samples
-        if s.labels.get("topic") == topic
-    }
 
 
 async def test_the_lua_script_and_the_per_process_state_agree(redis_server: EmbeddedRedis) -> None:
@@ -134,44 +136,57 @@ def sample_of(users: Escalation, name: str, **labels: str) -> float:
     return users.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
+def run(s: Settings) -> ModeratorChild:
+    """`moderator run` on `s` (its policy file included), started."""
+    env = moderator_env(
+        kafka_bootstrap=s.kafka_bootstrap, redis_url=s.redis_url, model_dir=s.model_dir,
+        in_topic=s.in_topic, out_topic=s.out_topic, dlq_topic=s.dlq_topic, group_id=s.group_id,
+        policy=s.policy, policy_topic=s.policy_topic, threads=1, commit_interval_s=0.2,
+    )  # fmt: skip
+    return ModeratorChild(["run"], env).start()
+
+
+def lag_partitions(proc: ModeratorChild) -> frozenset[int]:
+    """The input partitions a `moderator run` reports lag for: the ones assigned to it now."""
+    samples = proc.scrape()
+    found = {} if samples is None else samples.by("moderator_consumer_lag", "partition")
+    return frozenset(int(p) for p in found)
+
+
 @pytest.mark.timeout(300)
 async def test_two_instances_share_a_users_strikes_and_a_redelivery_adds_none(
-    settings: Settings, classifier: Classifier, producer: AIOKafkaProducer, tmp_path: Path
+    settings: Settings, producer: AIOKafkaProducer, tmp_path: Path
 ) -> None:
     s = settings.replace(policy=policy_file(tmp_path, strikes=2, strike_window_s=600))
-    topic = s.in_topic
-    async with Moderator(s, classifier=classifier) as first:
-        await first.wait_ready(30)
-        async with Moderator(s, classifier=classifier) as second:
-            await second.wait_ready(60)
-            await eventually(
-                lambda: (
-                    (owned(first, topic) == {0} and owned(second, topic) == {1})
-                    or (owned(first, topic) == {1} and owned(second, topic) == {0})
-                ),
-                "the two input partitions split between the two instances",
-                timeout_s=120,
-            )
-            on = {0: first if owned(first, topic) == {0} else second}
-            on[1] = second if on[0] is first else first
-            now = int(time.time() * 1000)  # a millisecond apart at least: no ties in the window
-            m = [value(f"s-{i}", f"ch-{i % 2}", f"a {FLAG}", sent_at_ms=now + i) for i in range(3)]
-            got = []
-            for i, v in enumerate(m):  # one user's messages, alternating partitions
-                await send(producer, topic, [v], partition=i % 2)
-                got.append(await decision(s, f"s-{i}"))
-            assert [(d["strikes"], d["escalated"], d["action"]) for d in got] == [
-                (1, False, "nudge"), (2, False, "nudge"), (3, True, "review"),
-            ]  # fmt: skip
-            for p, service in on.items():  # each instance decided the user's messages of its own
-                assert sample(service, "moderator_decisions_total", action="nudge") >= 1, p
-                assert sample(service, "moderator_user_state_round_trips_total", step="after") >= 1
+    with run(s) as first, run(s) as second:
+        await asyncio.gather(*(asyncio.to_thread(p.wait_ready) for p in (first, second)))
+        await eventually(
+            lambda: {lag_partitions(first), lag_partitions(second)} == {
+                frozenset({0}), frozenset({1})},
+            "the two input partitions split between the two processes",
+            timeout_s=120,
+        )  # fmt: skip
+        on = {0: first if lag_partitions(first) == {0} else second}
+        on[1] = second if on[0] is first else first
+        now = int(time.time() * 1000)  # a millisecond apart at least: no ties in the window
+        m = [value(f"s-{i}", f"ch-{i % 2}", f"a {FLAG}", sent_at_ms=now + i) for i in range(3)]
+        got = []
+        for i, v in enumerate(m):  # one user's messages, alternating partitions
+            await send(producer, s.in_topic, [v], partition=i % 2)
+            got.append(await decision(s, f"s-{i}"))
+        assert [(d["strikes"], d["escalated"], d["action"]) for d in got] == [
+            (1, False, "nudge"), (2, False, "nudge"), (3, True, "review"),
+        ]  # fmt: skip
+        for p, proc in on.items():  # each process decided the user's messages on its partition
+            assert proc.metric("moderator_decisions_total", action="nudge") == 1
+            assert proc.metric("moderator_decisions_total", action="review") == (p == 0)
+            assert (proc.metric("moderator_user_state_round_trips_total", step="after") or 0) >= 1
 
-            await send(producer, topic, [m[1]], partition=1)  # redelivered (same id, same time)
-            again = await decision(s, "s-1", nth=2)
-            assert (again["strikes"], again["escalated"]) == (2, False)
-            await send(producer, topic, [value("s-9", "ch-0", "and " + FLAG)], partition=0)
-            assert (await decision(s, "s-9"))["strikes"] == 4, "the redelivery added no strike"
+        await send(producer, s.in_topic, [m[1]], partition=1)  # redelivered (same id and time)
+        again = await decision(s, "s-1", nth=2)
+        assert (again["strikes"], again["escalated"]) == (2, False)
+        await send(producer, s.in_topic, [value("s-9", "ch-0", "and " + FLAG)], partition=0)
+        assert (await decision(s, "s-9"))["strikes"] == 4, "the redelivery added no strike"
 
 
 async def test_a_flood_is_rate_limited(
@@ -190,7 +205,7 @@ async def test_a_flood_is_rate_limited(
         assert len(limited) == 3
         assert {d["action"] for d in limited} == {"block"}
         assert all(d["scores"] == {} for d in limited), "decided without the model"
-        await send(producer, s.in_topic, [value("g-0", "ch", "hello", user="u-2")])
+        await send(producer, s.in_topic, [value("g-0", "ch", "hello", user="-2")])
         assert (await decision(s, "g-0"))["reason"] != "rate_limited", "another user is free"
 
 
@@ -202,7 +217,9 @@ async def test_a_mute_ends_when_its_time_is_up(
     async with Moderator(s, classifier=classifier) as service:
         await service.wait_ready(30)
         flagged = [value(f"x-{i}", "ch", FLAG) for i in range(2)]
-        await send(producer, s.in_topic, flagged)
+        for i, v in enumerate(flagged):  # one after the other: batches are decided at once
+            await send(producer, s.in_topic, [v])
+            await decision(s, f"x-{i}")
         assert (await decision(s, "x-1"))["escalated"] is True
         ends_ms = orjson.loads(flagged[1])["sent_at_ms"] + mute_s * 1000
         seen: list[tuple[int, str | None]] = []
@@ -246,8 +263,9 @@ async def test_redis_killed_mid_stream_degrades_to_process_state_and_recovers(
         assert sample(service, "moderator_user_state_degraded") == 1
         assert sample(service, "moderator_user_state_local_total", step="after") >= 1
         # Counted in this process meanwhile: the strikes still add up, and escalate.
-        assert decided["b-19"]["strikes"] == 20
-        assert decided["b-19"]["escalated"] is True
+        wave_decided = [decided[f"b-{i}"] for i in range(20)]
+        assert sorted(d["strikes"] for d in wave_decided) == list(range(1, 21))
+        assert sum(d["escalated"] for d in wave_decided) == 20 - 3
 
         fresh_redis.start()
         n = 0
@@ -271,7 +289,7 @@ async def test_redis_round_trips_are_per_batch_not_per_message(
     users = {"strikes": 3, "flood_messages": 50, "repeat_channels": 3, "links_deny": ["x.test"]}
     s = settings.replace(policy=policy_file(tmp_path, **users))
     n = 600
-    backlog = [value(f"r-{i}", f"ch-{i % 9}", f"line {i % 40}", user=f"u-{i % 40}")
+    backlog = [value(f"r-{i}", f"ch-{i % 9}", f"line {i % 40}", user=f"-{i % 40}")
                for i in range(n)]  # fmt: skip
     await send(producer, s.in_topic, backlog[: n // 2], partition=0)
     await send(producer, s.in_topic, backlog[n // 2 :], partition=1)
