@@ -1,12 +1,14 @@
 """One fetched batch of records → one outcome per record (a decision or a dead letter).
 
-Parse and validate, find the channel's policy, screen each text (its deny terms or empty text
-decide without the model, a long text is cut into windows, the language gate names a language
-the model does not read; moderator/verdicts.py, shared with `moderator score`), look the scores
-of the rest up in the cache, send the misses to the model (each window a row of the
-micro-batcher, gathered; identical texts are scored once), apply the policy, encode the
-decision. No Kafka here: the service feeds records in and publishes the
-outcomes in the same order.
+Parse and validate, find the channel's policy, let the users' rules decide the messages of
+muted, flooding or spamming users and refused links (moderator/users.py), screen each text
+(its deny terms or empty text decide without the model, a long text is cut into windows, the
+language gate names a language the model does not read; moderator/verdicts.py, shared with
+`moderator score`), look the scores of the rest up in the cache, send the misses to the model
+(each window a row of the micro-batcher, gathered; identical texts are scored once), apply the
+policy, count strikes and move an action up past the policy's limit (the users' rules again),
+encode the decision. No Kafka here: the service feeds records in and publishes the outcomes in
+the same order.
 """
 
 from __future__ import annotations
