@@ -158,14 +158,16 @@ class RedisState:
         self._sha: str | None = None
 
     async def _run(self, keys: list[str], args: list[str]) -> list[int]:
-        if self._sha is None:
-            self._sha = str(await self.client.script_load(SCRIPT))
-        try:
-            out = await self.client.evalsha(self._sha, len(keys), *keys, *args)
-        except NoScriptError:  # Redis restarted (scripts are not persisted): load it again
-            self._sha = None
-            return await self._run(keys, args)
-        return [int(v) for v in out]
+        for _ in range(2):
+            if self._sha is None:
+                self._sha = str(await self.client.script_load(SCRIPT))
+            try:
+                out = await self.client.evalsha(self._sha, len(keys), *keys, *args)
+            except NoScriptError:  # Redis restarted (scripts are not persisted): load it again
+                self._sha = None
+                continue
+            return [int(v) for v in out]
+        raise NoScriptError("the users' script vanished right after it was loaded")
 
     async def before(self, batch: Sequence[Seen]) -> list[int]:
         return await self._run(*before_call(batch)) if batch else []
