@@ -73,6 +73,7 @@ HELP = {
     "cache_ttl_s": "time-to-live of verdicts in Redis",
     "l1_cache_size": "entries in the in-process verdict cache (0 disables it)",
     "redis_timeout_ms": "give up on a Redis call after this long",
+    "user_state_timeout_ms": "give up on a users' state call to Redis after this long",
     "commit_interval_s": "how often acknowledged offsets are committed",
     "fetch_max_wait_ms": "longest the broker may hold a fetch waiting for data",
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
@@ -125,6 +126,7 @@ class Settings:
     cache_ttl_s: int = 86400
     l1_cache_size: int = 100_000
     redis_timeout_ms: float = 25.0
+    user_state_timeout_ms: float = 250.0  # a miss splits users' state: more than a cache miss
     commit_interval_s: float = 0.5
     fetch_max_wait_ms: int = 5
     shutdown_timeout_s: float = 15.0
@@ -166,8 +168,8 @@ class Settings:
             raise bad("redis_url", problem)
         positive = ("threads", "batch_threads", "budget_ms", "max_batch", "max_in_flight",
                     "max_windows", "max_record_bytes", "cache_ttl_s", "redis_timeout_ms",
-                    "commit_interval_s", "shutdown_timeout_s", "topic_partitions",
-                    "topic_replication", "review_context_bytes")  # fmt: skip
+                    "user_state_timeout_ms", "commit_interval_s", "shutdown_timeout_s",
+                    "topic_partitions", "topic_replication", "review_context_bytes")  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")

@@ -62,6 +62,8 @@ VERDICT_OUTCOMES = ("applied", "late", "not_held", "invalid")
 # What holds a message besides a model label (the reason's head: `unsupported_language:fr`).
 HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none")
 OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # moderator/overrides.py ACTIONS (a verdict's)
+USER_RULES = ("muted", "rate_limited", "spam", "link", "escalated")  # moderator/users.py
+USER_STEPS = ("before", "after")
 
 # Liveness: the event loop stamps a heartbeat this often; /healthz fails once the stamp is older
 # than the bound (a loop blocked that long serves nothing; a model batch runs off the loop).
@@ -102,6 +104,25 @@ class Metrics:
         )
         self.redis_errors = counter("redis_errors", "Failed or timed-out Redis calls")
         self.redis_up = gauge("redis_up", "1 while the Redis circuit breaker is closed")
+        self.user_rules = counter(
+            "user_rules",
+            "Decisions the users' rules made or changed: muted, rate_limited, spam, link (decided "
+            "without the model), escalated (one step up the ladder)",
+            "rule",
+        )
+        self.user_state_degraded = gauge(
+            "user_state_degraded", "1 while users' state is kept per process (Redis failed)"
+        )
+        self.user_state_round_trips = counter(
+            "user_state_round_trips",
+            "Redis calls for users' state, by step (one per batch)",
+            "step",
+        )
+        self.user_state_local = counter(
+            "user_state_local",
+            "Messages whose users' state step ran on per-process state (Redis down or slow)",
+            "step",
+        )
         self.stage_seconds = histogram(
             "stage_seconds",
             "Time per message in each stage: queue (waiting for a model batch) and score (the "
@@ -211,6 +232,9 @@ class Metrics:
         _precreate(self.verdict_outcomes, *VERDICT_OUTCOMES)
         _precreate(self.override_decisions, *OVERRIDE_ACTIONS)
         _precreate(self.override_updates, *POLICY_RESULTS)
+        _precreate(self.user_rules, *USER_RULES)
+        _precreate(self.user_state_round_trips, *USER_STEPS)
+        _precreate(self.user_state_local, *USER_STEPS)
 
     def precreate_verdicts(self, labels: Iterable[str]) -> None:
         """Every agreement series at 0: a held message's label is one of the model's `labels`

@@ -1,12 +1,15 @@
 """One fetched batch of records → one outcome per record (a decision or a dead letter).
 
-Parse and validate, find the channel's policy, screen each text (its deny terms or empty text
-decide without the model, a long text is cut into windows, the language gate names a language
-the model does not read; moderator/verdicts.py, shared with `moderator score`), look the scores
-of the rest up in the cache, send the misses to the model (each window a row of the
-micro-batcher, gathered; identical texts are scored once), apply the policy, encode the
-decision. No Kafka here: the service feeds records in and publishes the
-outcomes in the same order.
+Parse and validate, find the channel's policy, let the users' rules decide the messages of
+muted, flooding or spamming users and refused links (moderator/users.py), then moderators'
+overrides of the same text (moderator/overrides.py), screen each text (its deny terms or empty
+text decide without the model, a long text is cut into windows, the language gate names a
+language the model does not read; moderator/verdicts.py, shared with `moderator score`), look
+the scores of the rest up in the cache, send the misses to the model (each window a row of the
+micro-batcher, gathered; identical texts are scored once), apply the policy, count strikes and
+move an action up past the policy's limit (the users' rules again), encode the decision, and
+hold each `review` decision with its channel's context (moderator/review.py). No Kafka here:
+the service feeds records in and publishes the outcomes in the same order.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,7 +44,16 @@ from moderator.records import (
     parse_message,
 )
 from moderator.review import Review
+from moderator.users import Escalated, Escalation
 from moderator.verdicts import Judged, Reader, Screened, judge, screen
+
+
+class _Decision(NamedTuple):
+    """A message's verdict and the rest of its record, encoded once the batch is decided (the
+    users' rules may still move the action up and count the strike)."""
+
+    verdict: Verdict
+    fields: dict[str, Any]  # encode_decision's other arguments
 
 
 @dataclass(eq=False, slots=True)
@@ -55,12 +68,7 @@ class _Message:
     scores: Scores | None = None  # from the cache (one row, or a row per window)
     model_call: asyncio.Future[ModelResult] | None = None  # the model call it waits for
     owner: bool = False  # it started that call (else it joined one already under way)
-    outcome: Outcome | None = None  # its decision, once decided
-
-    @property
-    def decided(self) -> Outcome:
-        assert self.outcome is not None, "every message is decided before process() returns"
-        return self.outcome
+    decision: _Decision | None = None  # once decided
 
 
 class Pipeline:
@@ -80,6 +88,7 @@ class Pipeline:
         reader: Reader | None = None,
         review: Review | None = None,
         overrides: Overrides | None = None,
+        users: Escalation | None = None,
     ) -> None:
         self.classifier = classifier
         self.reader = reader if reader is not None else Reader(classifier)
@@ -96,6 +105,7 @@ class Pipeline:
         self.fallback = fallback
         self.review = review  # after deciding: context rings, held messages, review records
         self.overrides = overrides
+        self.users = users  # moderator/users.py: strikes, mute, flood, repeats, links
         self.model_ident = classifier.info.ident
         self.model_sha256 = classifier.info.sha256  # what the cache keys on
         self._model_calls: dict[bytes, asyncio.Future[ModelResult]] = {}  # by cache key
@@ -120,22 +130,30 @@ class Pipeline:
                 continue
             slots.append(_Message(record, chat, self.policies.for_channel(chat.channel_id)))
         messages = [m for m in slots if isinstance(m, _Message)]
+        if self.users is not None:  # muted, flooding, spamming or linking: without the model
+            early = await self.users.before([(m.chat, m.policy) for m in messages])
+            for m, verdict in zip(messages, early, strict=True):
+                if verdict is not None:
+                    m.decision = self._decide(
+                        m, fetched, Judged(verdict, {}, (0, len(m.chat.text)))
+                    )
+        undecided = [m for m in messages if m.decision is None]
         if self.overrides is not None:  # a moderator's verdict on the same text: no model
-            actions = self.overrides.decide([m.chat for m in messages])
-            for m, action in zip(messages, actions, strict=True):
+            actions = self.overrides.decide([m.chat for m in undecided])
+            for m, action in zip(undecided, actions, strict=True):
                 if action is not None:
                     judged = Judged(Verdict(action, OVERRIDE_REASON), {}, (0, len(m.chat.text)))
-                    m.outcome = self._decide(m, fetched, judged)
-        undecided = [m for m in messages if m.outcome is None]
+                    m.decision = self._decide(m, fetched, judged)
+            undecided = [m for m in undecided if m.decision is None]
         screened = screen(self.reader, [(m.policy, m.chat.text) for m in undecided])
         for m, text in zip(undecided, screened, strict=True):
             if text.verdict is not None:  # decided without the model: a deny term, empty text
-                m.outcome = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
+                m.decision = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
             else:
                 m.screened, m.key = text, text.key(self.model_sha256, self.reader)
                 self.metrics.message_windows.observe(len(text.rows))
 
-        lookups = [m for m in messages if m.outcome is None]
+        lookups = [m for m in undecided if m.decision is None]
         hits = await self.cache.get_many([m.key for m in lookups])
         late_before_ms = int(time.time() * 1000) - self.budget_ms
         for m, scores in zip(lookups, hits, strict=True):
@@ -144,7 +162,7 @@ class Pipeline:
             elif self.fallback is not None and m.chat.sent_at_ms < late_before_ms:
                 verdict = self.fallback.decide(m.chat.text)
                 judged = Judged(verdict, {}, (0, len(m.chat.text)))
-                m.outcome = self._decide(m, fetched, judged, degraded=True)
+                m.decision = self._decide(m, fetched, judged, degraded=True)
             else:
                 self._submit(m)
 
@@ -152,26 +170,30 @@ class Pipeline:
         if calls:
             await asyncio.gather(*calls.values())
         for m in lookups:  # decide
-            if m.outcome is not None:  # degraded
+            if m.decision is not None:  # degraded
                 continue
             if m.model_call is None or not m.owner:  # from the cache, or another's model call
                 scores = m.scores if m.model_call is None else m.model_call.result().scores
                 assert scores is not None
-                m.outcome = self._decide_on_scores(m, fetched, scores, cached=True)
+                m.decision = self._decide_on_scores(m, fetched, scores, cached=True)
                 continue
             s = m.model_call.result()
             self.metrics.stage_seconds.labels("queue").observe(s.queued_s)
             self.metrics.stage_seconds.labels("score").observe(s.score_s)
-            m.outcome = self._decide_on_scores(
+            m.decision = self._decide_on_scores(
                 m, fetched, s.scores, cached=False, score_s=s.score_s, queued_s=s.queued_s
             )
-        if self.review is not None and messages:  # hook: after every decision of the batch
-            decided = [(m.chat, m.policy, m.decided) for m in messages]
-            for m, outcome in zip(
-                messages, await self.review.after_decisions(decided), strict=True
-            ):
-                m.outcome = outcome
-        return [slot if isinstance(slot, Outcome) else slot.decided for slot in slots]
+        decided = [(m.chat, m.policy, _decided(m).verdict) for m in messages]
+        if self.users is not None:  # strikes, and one step up the ladder past the limit
+            users = await self.users.after(decided)
+        else:
+            users = [Escalated(verdict.action, 0, False) for _, _, verdict in decided]
+        outcomes = [_outcome(m, u) for m, u in zip(messages, users, strict=True)]
+        if self.review is not None and messages:  # every review decision held, with context
+            held = [(m.chat, m.policy, o) for m, o in zip(messages, outcomes, strict=True)]
+            outcomes = await self.review.after_decisions(held)
+        ordered = iter(outcomes)
+        return [slot if isinstance(slot, Outcome) else next(ordered) for slot in slots]
 
     def _submit(self, m: _Message) -> None:
         """Send `m` to the model, or, single flight, join the call already scoring its text (from
@@ -200,7 +222,7 @@ class Pipeline:
         cached: bool,
         score_s: float = 0.0,
         queued_s: float | None = None,
-    ) -> Outcome:
+    ) -> _Decision:
         """The policy's decision on `scores` (one row, or a row per window)."""
         assert m.screened is not None
         judged = judge(self.reader, m.policy, m.screened, scores)
@@ -220,8 +242,8 @@ class Pipeline:
         degraded: bool = False,
         score_s: float = 0.0,
         queued_s: float | None = None,
-    ) -> Outcome:
-        """The encoded decision for `m`, timed now."""
+    ) -> _Decision:
+        """The decision for `m`, timed now."""
         msg = m.chat
         total_s = time.perf_counter() - fetched
         if queued_s is None:
@@ -229,11 +251,7 @@ class Pipeline:
         decided_at_ms = int(time.time() * 1000)
         over_budget = decided_at_ms - msg.sent_at_ms > self.budget_ms
         verdict = judged.verdict
-        value = encode_decision(
-            msg,
-            action=verdict.action,
-            reason=verdict.reason,
-            severity=verdict.severity,
+        fields: dict[str, Any] = dict(
             scores=judged.scores,
             model=self.model_ident,
             policy=m.policy.ident,
@@ -252,10 +270,30 @@ class Pipeline:
         if degraded:
             self.metrics.degraded.labels(verdict.action).inc()
         self.metrics.stage_seconds.labels("total").observe(total_s)
-        key = m.record.key
-        if key is None:  # keep one channel's decisions together even for unkeyed input
-            key = msg.channel_id.encode()
-        return Outcome(key, value, carried_headers(m.record), action=verdict.action)
+        return _Decision(verdict, fields)
+
+
+def _decided(m: _Message) -> _Decision:
+    assert m.decision is not None, "every message is decided before process() returns"
+    return m.decision
+
+
+def _outcome(m: _Message, users: Escalated) -> Outcome:
+    """`m`'s decision record, with its action as the users' rules left it."""
+    verdict, fields = _decided(m)
+    value = encode_decision(
+        m.chat,
+        action=users.action,
+        reason=verdict.reason,
+        severity=verdict.severity,
+        strikes=users.strikes,
+        escalated=users.escalated,
+        **fields,
+    )
+    key = m.record.key
+    if key is None:  # keep one channel's decisions together even for unkeyed input
+        key = m.chat.channel_id.encode()
+    return Outcome(key, value, carried_headers(m.record), action=users.action)
 
 
 async def _gathered(calls: list[asyncio.Future[ModelResult]]) -> ModelResult:

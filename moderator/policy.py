@@ -13,8 +13,8 @@ Text in a language the model does not read gets the policy's `unsupported_langua
 (default `review`; `allow` lets it through), when that is more severe than the model's verdict.
 
 A policy may be partial (a channel's policy over the default, `merge_specs`): what it leaves out
-comes from the one below it. Deny terms decide without the model; allow phrases are cut out of
-the text before deny matching and scoring (`moderator/terms.py` does the matching).
+comes from the one below it. Deny terms decide without the model; allow phrases are cut out
+before deny matching and scoring (`moderator/terms.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from moderator.terms import (
     default_term_entries,
     deny_entries,
 )
+from moderator.user_rules import rules_of
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class Policy:
         self.rules = tuple(rules)
         self.actions = (ALLOW, *actions)  # increasing severity
         self.spec = dict(spec or {})  # what it was read from: what a partial policy merges onto
+        self.users = rules_of(self.spec, self.actions, name)
         rank = {action: i for i, action in enumerate(self.actions)}
         # What a human should look at: `review`, or the least severe action of a policy that
         # lists its own actions without it (never `allow`: unread text is not let through).
@@ -128,8 +130,8 @@ class Policy:
                 f"{', '.join(self.actions)}"
             )
         self.unsupported_language = unsupported_language
-        # Per rule, its (severity, threshold, action rank) steps, most severe first: what
-        # `decide` walks. A severity without an action of its own takes the one below's.
+        # Per rule, its (severity, threshold, action rank) steps, most severe first, for
+        # `decide`; a severity without an action of its own takes the one below's.
         self._ladders = tuple(_ladder(rule, rank) for rule in self.rules)
         deny, allow = tuple(deny), tuple(allow)
         self.terms = TermMatcher(deny, allow) if deny or allow else None
@@ -246,9 +248,8 @@ class Policy:
         call it, so they cannot disagree on a tie.
         """
         # The most severe action, then the highest severity, then the widest margin past its
-        # threshold. Margins within 0.01 tie; a tie goes to the rule listed first (the more
-        # specific one: "kys" saturates self_harm and severe_toxicity alike, and self_harm
-        # says more).
+        # threshold; margins within 0.01 tie, won by the rule listed first (the more specific:
+        # "kys" saturates self_harm and severe_toxicity alike, and self_harm says more).
         best: tuple[int, int, float, int] | None = None
         for index, (rule, ladder) in enumerate(zip(self.rules, self._ladders, strict=True)):
             score = scores.get(rule.label)

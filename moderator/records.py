@@ -209,6 +209,8 @@ def encode_decision(
     truncated: bool = False,
     language: str | None = None,
     final: bool = False,
+    strikes: int = 0,
+    escalated: bool = False,
 ) -> bytes:
     """The outbound decision record (moderator/schemas/decision.schema.json). `final`: the
     one decision that ends a held message's review (moderator/held.py)."""
@@ -234,6 +236,8 @@ def encode_decision(
         "span": span,
         "truncated": truncated,
         "final": final,
+        "strikes": strikes,  # the user's, in the policy's window (moderator/users.py)
+        "escalated": escalated,
     }
     if language is not None:  # only when the gate named a language the model does not read
         record["language"] = language

@@ -1,10 +1,13 @@
 """`moderator score`: JSON lines on stdin, one decision per line on stdout, without Kafka or
-Redis: the pipeline's screen, model and policy (verdicts.decide_texts) on each line's text."""
+Redis: the pipeline's screen, model and policy (verdicts.decide_texts) on each line's text, and
+the policy's user rules (moderator/users.py) on this process's state, line after line, for lines
+with a `user_id`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -16,10 +19,12 @@ from moderator.commandline import command, log_flags
 from moderator.config import Settings
 from moderator.errors import InvalidRecord
 from moderator.language import LanguageGate
+from moderator.metrics import Metrics
 from moderator.policy import Policy
 from moderator.progress import Progress
-from moderator.records import json_type, required_string
-from moderator.verdicts import Reader, decide_texts
+from moderator.records import ChatMessage, json_type, required_string
+from moderator.users import Escalated, Escalation
+from moderator.verdicts import Judged, Reader, decide_texts
 
 # What `moderator score` reads, said in its help and in every input error.
 SCORE_INPUT = 'one JSON object per line with a string field "text", e.g. {"text": "gg wp"}'
@@ -41,9 +46,11 @@ Decide chat lines without Kafka or Redis, with the model and policy `run` would 
 
 input (stdin): {SCORE_INPUT}.
   message_id, channel_id and user_id are copied to the output; blank lines are skipped.
+  With a user_id, the policy's [users] rules apply as `run` would apply them, on this
+  process's state, in line order (sent_at_ms, if given, places a line in time; else now).
 output (stdout): one decision per input line, in order (action, reason, severity, scores,
-  model, policy, span, truncated, language). A line that is not such an object gets
-  {{"line": N, "error": {{"code": ..., "message": ...}}}} instead, and the exit code is 1.
+  model, policy, span, truncated, language, strikes, escalated). A line that is not such an
+  object gets {{"line": N, "error": {{"code": ..., "message": ...}}}} instead; exit code 1.
 On a terminal, stderr shows a progress bar; piped or redirected, nothing.""",
     )
     score.add_argument("--model", type=Path, default=None, help="model directory")
@@ -76,8 +83,11 @@ def _cmd_score(args: argparse.Namespace) -> int:
     policy.check_labels(classifier.labels)
     failures = 0
     progress = Progress(sys.stderr, sys.stdin)
+    users = Escalation(Metrics())  # no Redis: this process's state
     for first_line, chunk in _chunks(sys.stdin, max(args.batch, 1)):
-        failures += decide_lines(chunk, reader, policy, sys.stdout, first_line=first_line)
+        failures += decide_lines(
+            chunk, reader, policy, sys.stdout, first_line=first_line, users=users
+        )
         progress.update(len(chunk), sum(len(line.encode()) for line in chunk))
     progress.close()
     if failures:
@@ -124,12 +134,19 @@ def score_input(line: str) -> dict[str, Any]:
 
 
 def decide_lines(
-    lines: list[str], reader: Reader, policy: Policy, out: IO[str], *, first_line: int = 1
+    lines: list[str],
+    reader: Reader,
+    policy: Policy,
+    out: IO[str],
+    *,
+    first_line: int = 1,
+    users: Escalation | None = None,
 ) -> int:
     """Write one decision (or one error naming its line number) per non-blank line, in order;
-    return the error count. `lines` are consecutive input lines from number `first_line`."""
+    return the error count. `lines` are consecutive input lines from number `first_line`; with
+    `users`, the policy's user rules apply to lines with a `user_id`."""
     rows: list[dict[str, object]] = []
-    texts: list[str] = []
+    chats: list[ChatMessage | None] = []  # per decided row
     for number, line in enumerate(lines, first_line):
         if not line.strip():
             continue
@@ -144,14 +161,14 @@ def decide_lines(
         }
         row["text"] = data["text"]
         rows.append(row)
-        texts.append(data["text"])
-    decided = iter(decide_texts(reader, policy, texts))
+        chats.append(_chat(data, number) if users is not None else None)
+    decided = iter(_judged(reader, policy, [r for r in rows if "error" not in r], chats, users))
     for row in rows:
         if "error" not in row:
-            judged = next(decided)
+            judged, up = next(decided)
             verdict = judged.verdict
             row.update(
-                action=verdict.action,
+                action=up.action,
                 reason=verdict.reason,
                 severity=verdict.severity,
                 scores={k: round(v, 4) for k, v in judged.scores.items()},
@@ -159,9 +176,47 @@ def decide_lines(
                 policy=policy.ident,
                 span=judged.span,
                 truncated=judged.truncated,
+                strikes=up.strikes,
+                escalated=up.escalated,
             )
             if judged.language is not None:
                 row["language"] = judged.language
         out.write(orjson.dumps(row).decode() + "\n")
     out.flush()
     return sum(1 for row in rows if "error" in row)
+
+
+def _chat(data: dict[str, Any], number: int) -> ChatMessage | None:
+    """A line with a string `user_id` as the message the user rules count, else None."""
+    user = data.get("user_id")
+    if not isinstance(user, str) or not user:
+        return None
+    sent = data.get("sent_at_ms")
+    sent_at_ms = sent if type(sent) is int else int(time.time() * 1000)
+    ids = [data.get(k) for k in ("message_id", "channel_id")]
+    message_id = ids[0] if isinstance(ids[0], str) and ids[0] else f"line-{number}"
+    channel_id = ids[1] if isinstance(ids[1], str) else ""
+    return ChatMessage(message_id, channel_id, user, data["text"], sent_at_ms)
+
+
+def _judged(
+    reader: Reader,
+    policy: Policy,
+    rows: list[dict[str, object]],
+    chats: list[ChatMessage | None],
+    users: Escalation | None,
+) -> list[tuple[Judged, Escalated]]:
+    """Each row's decision, line after line as `run` would make it: the user rules before the
+    model (muted, flood, spam, links), else the model and policy, then strikes and one step up
+    the ladder. Every text is scored (offline, a line the rules decide costs only time)."""
+    scored = decide_texts(reader, policy, [str(row["text"]) for row in rows])
+    out = []
+    for row, chat, judged in zip(rows, chats, scored, strict=True):
+        if users is None or chat is None:
+            out.append((judged, Escalated(judged.verdict.action, 0, False)))
+            continue
+        early = users.before_local([(chat, policy)])[0]
+        if early is not None:
+            judged = Judged(early, {}, (0, len(str(row["text"]))))
+        out.append((judged, users.after_local([(chat, policy, judged.verdict)])[0]))
+    return out

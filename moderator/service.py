@@ -37,6 +37,7 @@ from moderator.publisher import Publisher
 from moderator.records import Outcome
 from moderator.review import review_for
 from moderator.tasks import Supervisor, cancel
+from moderator.users import Escalation
 from moderator.verdict_intake import VerdictIntake
 from moderator.verdicts import Reader
 
@@ -134,10 +135,12 @@ class Moderator:
         overrides = self._overrides = overrides_for(s, m, producer)
         review = review_for(s, m, cache, classifier.labels)  # held messages, context, records
         held = review.store
+        users = Escalation(m, s.redis_url, timeout_ms=s.user_state_timeout_ms)
+        await self._own(users, users.start())
         self._pipeline = Pipeline(
             classifier, policies, scorer, cache, m, max_record_bytes=s.max_record_bytes,
             budget_ms=s.budget_ms, fallback=fallback_for(s), reader=reader, review=review,
-            overrides=overrides,
+            overrides=overrides, users=users,
         )  # fmt: skip
         intake = self._intake = Intake(
             s, m, on_assigned=self._assigned, on_abandoned=self._abandoned

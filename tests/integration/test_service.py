@@ -52,9 +52,10 @@ def assert_decision_schema(d: dict[str, Any], labels: tuple[str, ...]) -> None:
     assert set(d) - {"language"} == {
         "message_id", "channel_id", "user_id", "action", "reason", "severity", "scores", "model",
         "policy", "cached", "degraded", "latency_ms", "over_budget", "decided_at_ms", "span",
-        "truncated", "final",
+        "truncated", "final", "strikes", "escalated",
     }  # fmt: skip
     assert d["final"] is False, "the one decision per input; a held message's final comes later"
+    assert (d["strikes"], d["escalated"]) == (0, False), "the default policy counts no strikes"
     assert d["severity"] in (None, "low", "medium", "high")
     unread = (d["reason"] or "").startswith(("unsupported_language:", "truncated"))
     assert (d["severity"] is None) == (d["action"] == "allow" or d["degraded"] or unread)

@@ -88,6 +88,7 @@ def test_the_decision_carries_the_design_schema() -> None:
         "model": "chat-minilm@abc", "policy": "default@1", "cached": True, "degraded": False,
         "latency_ms": {"queue": 1.235, "score": 2.5, "total": 4.0}, "over_budget": True,
         "decided_at_ms": 1060, "span": [0, 2], "truncated": False, "final": False,
+        "strikes": 0, "escalated": False,
     }  # fmt: skip
     foreign = encode_decision(
         msg, action="review", reason="unsupported_language:es", scores={}, model="m@1",

@@ -39,6 +39,9 @@ def test_the_encoded_decision_matches_its_schema() -> None:
     check_decision(decision(scores={}, reason="empty_text", action="allow"))
     check_decision(decision(action="review", reason="truncated", span=(700, 1210), truncated=True))
     check_decision(decision(action="review", reason="unsupported_language:de", language="de"))
+    check_decision(decision(action="block", reason="muted", strikes=4))
+    check_decision(decision(action="review", reason="insult", strikes=3, escalated=True))
+    check_decision(decision(action="block", reason="link:evil.example.com"))
 
 
 def test_every_default_action_is_in_the_decision_schema() -> None:
@@ -58,6 +61,8 @@ def test_every_default_action_is_in_the_decision_schema() -> None:
         ("span", [-1, 4]),
         ("truncated", None),
         ("language", "German"),
+        ("strikes", -1),
+        ("escalated", None),
     ],
 )
 def test_the_decision_schema_rejects_what_consumers_could_not_read(field: str, value: Any) -> None:
