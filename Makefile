@@ -66,8 +66,8 @@ model: $(VENV)/.extras-$(MODEL_EXTRAS)  ## rebuild the default model, show how i
 	$(PY) -m models ship --from $(MODEL_BUILD) --to $(SHIPPED_MODEL)
 
 lint: $(VENV)/.extras-$(TEST_EXTRAS)  ## ruff
-	$(BIN)/ruff check moderator devstack loadgen models bench chaos tests
-	$(BIN)/ruff format --check moderator devstack loadgen models bench chaos tests
+	$(BIN)/ruff check moderator console devstack loadgen models bench chaos tests
+	$(BIN)/ruff format --check moderator console devstack loadgen models bench chaos tests
 
 typecheck: $(VENV)/.extras-$(TEST_EXTRAS)  ## mypy --strict on the packages
 	$(BIN)/mypy
