@@ -19,7 +19,7 @@ MODEL_EXTRAS := model
 BENCH_EXTRAS := dev,model,plot
 MUTATION_EXTRAS := dev,test,mutation
 
-.PHONY: help install redis stunnel promtool model demo test test-unit lint typecheck alerts manifests check mutation bench chaos report tradeoff clean
+.PHONY: help install redis stunnel chromium promtool model demo test test-unit lint typecheck alerts manifests check mutation bench chaos report tradeoff clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -43,6 +43,12 @@ stunnel:  ## Debian's stunnel4 (the Kafka-over-TLS tests), when missing
 	  echo "installing Debian's stunnel4 …"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq stunnel4 >/dev/null; }
 
+chromium:  ## Debian's chromium and chromium-driver (the console's browser tests), when missing
+	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { \
+	  echo "installing Debian's chromium and chromium-driver …"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
 promtool:  ## Debian's prometheus package (promtool, for the alert-rule tests), when missing
 	@command -v promtool >/dev/null || { \
 	  echo "installing Debian's prometheus (for promtool) …"; \
@@ -58,7 +64,7 @@ demo: install  ## embedded Kafka + Redis + moderator, drive real chat through it
 test-unit: $(VENV)/.extras-$(TEST_EXTRAS)  ## the unit tests: no servers, under a minute
 	$(BIN)/pytest tests/unit
 
-test: test-unit redis stunnel  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
+test: test-unit redis stunnel chromium  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
 	$(BIN)/pytest tests/integration
 
 model: $(VENV)/.extras-$(MODEL_EXTRAS)  ## rebuild the default model, show how it differs, ship it to moderator/default_model/

@@ -14,6 +14,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from console.claims import Claims
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator import loop
 from moderator.topics import ensure_topics
@@ -213,3 +214,28 @@ def test_the_page_says_the_broker_is_unreachable_while_it_is_stopped_and_recover
             card(alice, "m-after").find_element(By.CSS_SELECTOR, ".verdict-allow").click()
             verdicts = read_until(broker.bootstrap, topics.verdicts, lambda seen: len(seen) >= 1)
             assert [(v["message_id"], v["verdict"]) for v in verdicts] == [("m-after", "allow")]
+
+
+async def test_two_consoles_share_claims_and_the_first_verdict_through_redis(
+    fresh_redis: EmbeddedRedis,
+) -> None:
+    one, two = Claims(fresh_redis.url, 60), Claims(fresh_redis.url, 60)
+    try:
+        assert (await one.claim("m-1", "alice"))["moderator_id"] == "alice"
+        assert (await two.claim("m-1", "bob"))["moderator_id"] == "alice"  # held elsewhere
+        held = await two.held(["m-1", "m-2"])
+        assert held is not None
+        assert list(held) == ["m-1"]
+        await two.release("m-1", "bob")  # not bob's to release
+        assert (await one.claim("m-1", "alice"))["moderator_id"] == "alice"
+        await one.release("m-1", "alice")
+        assert await two.held(["m-1"]) == {}
+        first = {"moderator_id": "alice", "verdict": "block", "at_ms": 1}
+        assert await one.first_verdict("m-1", first) == first
+        assert await two.first_verdict("m-1", {**first, "moderator_id": "bob"}) == first
+        fresh_redis.stop()  # Redis gone: each console on its own, still answering
+        assert (await two.claim("m-3", "bob"))["moderator_id"] == "bob"
+        assert not two.shared
+    finally:
+        await one.close()
+        await two.close()
