@@ -98,15 +98,15 @@ deploy/crd-check/node_modules/.installed: deploy/crd-check/package.json deploy/c
 
 manifests: $(VENV)/.extras-$(TEST_EXTRAS) promtool deploy/crd-check/node_modules/.installed  ## deploy/: hadolint, yamllint, compose schema, promtool, kustomize + Kubernetes and CRD schemas
 	$(BIN)/yamllint --strict -c deploy/.yamllint.yaml deploy
-	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile deploy/loadgen.Dockerfile
+	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile deploy/loadgen.Dockerfile deploy/console.Dockerfile
 	$(BIN)/check-jsonschema --schemafile deploy/schemas/compose-spec.json deploy/compose.yaml
 	promtool check config deploy/prometheus.yml
 	$(PY) -m json.tool deploy/grafana/dashboards/moderator.json >/dev/null
 	@rm -rf $(DEPLOY_OUT) && mkdir -p $(DEPLOY_OUT)
-	@for dir in deploy/k8s/base deploy/k8s/overlays/*/ deploy/k8s/strimzi deploy/k8s/dev-services; do \
+	@for dir in deploy/k8s/base deploy/k8s/overlays/*/ deploy/k8s/strimzi deploy/k8s/dev-services deploy/k8s/console; do \
 	  out=$(DEPLOY_OUT)/$$(basename $$dir).yaml; echo "kubectl kustomize $$dir > $$out"; \
 	  $(BIN)/kubectl kustomize $$dir > $$out || exit 1; done
-	$(BIN)/kubernetes-validate --strict --quiet $(DEPLOY_OUT)/*.yaml deploy/k8s/base/secret.example.yaml \
+	$(BIN)/kubernetes-validate --strict --quiet $(DEPLOY_OUT)/*.yaml deploy/k8s/base/secret.example.yaml deploy/k8s/console/secret.example.yaml \
 	  2>&1 | tee $(DEPLOY_OUT)/kubernetes-validate.txt; test $${PIPESTATUS[0]} -eq 0
 	@# A kind without a Kubernetes schema is only a warning there: only the CRD kinds may have one.
 	@! grep -vE "Couldn't find schema for ($(CRD_KINDS)) " $(DEPLOY_OUT)/kubernetes-validate.txt
