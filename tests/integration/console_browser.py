@@ -186,10 +186,13 @@ def review_record(message_id: str, text: str, **fields: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def produce(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:
+def produce(
+    bootstrap: str, topic: str, records: list[dict[str, Any]], *, key: str = "message_id"
+) -> None:
+    """`records` as JSON, each keyed by its field `key`, acknowledged by the broker."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for record in records:
-        producer.produce(topic, orjson.dumps(record), key=record["message_id"].encode())
+        producer.produce(topic, orjson.dumps(record), key=record[key].encode())
     assert producer.flush(WAIT_S) == 0, "the broker did not take the records"
 
 
