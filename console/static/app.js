@@ -170,7 +170,10 @@ function refresh() {
     (shown.length ? ` · oldest ${age(oldest)}` : "");
   fillFilter("#filter-channel", [...state.items.values()].map((i) => i.channel_id));
   fillFilter("#filter-label", [...state.items.values()].map((i) => i.label));
-  if (!state.selected && shown.length) select(shown[0].dataset.messageId);
+  // Keys act on the selected card: never on one the filters hide.
+  if (shown.length && !shown.some((li) => li.dataset.messageId === state.selected)) {
+    select(shown[0].dataset.messageId);
+  }
 }
 
 function fillFilter(sel, values) {

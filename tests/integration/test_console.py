@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
 
 from console.claims import Claims
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
@@ -95,6 +97,16 @@ def test_a_held_message_appears_live_a_click_sends_the_verdict_and_it_leaves_eve
         ]
         assert order == ["m-held", "m-older"]
         assert "2 waiting" in alice.find_element(By.ID, "counts").text
+        # Filters: by channel (and label), with the counts of what is shown.
+        Select(bob.find_element(By.ID, "filter-channel")).select_by_value("lobby")
+        wait_for(bob, lambda b: card(b, "m-held") is None, "the channel filter hides speedrun")
+        assert card(bob, "m-older") is not None
+        assert "1 waiting (of 2)" in bob.find_element(By.ID, "counts").text
+        Select(bob.find_element(By.ID, "filter-channel")).select_by_value("")
+        Select(bob.find_element(By.ID, "filter-label")).select_by_value("threat")
+        wait_for(bob, lambda b: card(b, "m-older") is None, "the label filter hides the insult")
+        Select(bob.find_element(By.ID, "filter-label")).select_by_value("")
+        wait_for(bob, lambda b: card(b, "m-older") and card(b, "m-held"), "no filter: both")
         # Bob sees who is on it once Alice claims it.
         held.find_element(By.CSS_SELECTOR, ".claim-button").click()
         wait_for(
@@ -211,7 +223,11 @@ def test_the_page_says_the_broker_is_unreachable_while_it_is_stopped_and_recover
             wait_for(alice, lambda b: not banner.is_displayed(), "the banner goes once it is back")
             produce(broker.bootstrap, topics.review, [review_record("m-after", "after the outage")])
             wait_for(alice, lambda b: card(b, "m-after"), "a card held after the outage")
-            card(alice, "m-after").find_element(By.CSS_SELECTOR, ".verdict-allow").click()
+            # By keyboard this time: k selects the newer card above, a allows it.
+            ActionChains(alice).send_keys("k").perform()
+            wait_for(alice, lambda b: "selected" in card(b, "m-after").get_attribute("class"),
+                     "k selects the card above")  # fmt: skip
+            ActionChains(alice).send_keys("a").perform()
             verdicts = read_until(broker.bootstrap, topics.verdicts, lambda seen: len(seen) >= 1)
             assert [(v["message_id"], v["verdict"]) for v in verdicts] == [("m-after", "allow")]
 

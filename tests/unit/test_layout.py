@@ -138,7 +138,7 @@ def commands(help_text: str) -> set[str]:
     return set(re.findall(r"^    (\S+)", help_text, flags=re.MULTILINE))
 
 
-def test_dev_demo_and_model_reach_the_cli_through_entry_points(
+def test_dev_demo_model_and_console_reach_the_cli_through_entry_points(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exited:
