@@ -124,12 +124,20 @@ HELP = {
 def add_console_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("console settings")
     for f in dataclasses.fields(ConsoleSettings):
-        group.add_argument(
+        flag, shown = (
             "--" + f.name.replace("_", "-"),
+            f"[{env_name(f.name)}, default: {f.default!r}]",
+        )
+        if isinstance(f.default, bool):  # a switch: given means on
+            group.add_argument(flag, dest=f.name, action="store_const", const="1",
+                               help=f"{HELP[f.name]} {shown}")  # fmt: skip
+            continue
+        group.add_argument(
+            flag,
             dest=f.name,
             default=None,
             metavar=f.name.split("_")[-1].upper(),
-            help=f"{HELP[f.name]} [{env_name(f.name)}, default: {f.default!r}]",
+            help=f"{HELP[f.name]} {shown}",
         )
 
 

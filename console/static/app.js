@@ -80,7 +80,9 @@ function card(item) {
   held.append(el("span", "user", item.user_id), el("span", "text", item.text));
   li.append(held);
   const scores = el("div", "scores");
-  for (const [label, score] of Object.entries(item.scores).sort((x, y) => y[1] - x[1])) {
+  // The labels that count: the top one, and any other of at least 0.05.
+  const ranked = Object.entries(item.scores).sort((x, y) => y[1] - x[1]);
+  for (const [label, score] of ranked.filter(([, s], i) => i === 0 || s >= 0.05)) {
     const bar = el("span", "bar");
     bar.style.width = `${Math.round(score * 100)}%`;
     const row = el("div", "score");
