@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import orjson
 from confluent_kafka import Consumer, Producer
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -79,7 +80,7 @@ def console_process(
         [sys.executable, "-m", "moderator", "console", "--port", str(port),
          "--kafka-bootstrap", bootstrap, "--redis-url", redis_url,
          "--review-topic", topics.review, "--verdict-topic", topics.verdicts,
-         "--out-topic", topics.decisions, "--undo-grace-s", "60", *extra],
+         "--out-topic", topics.decisions, "--undo-grace-s", "300", *extra],
         env={**_environment(tmp), "MODERATOR_CONSOLE_TOKENS":
              ",".join(f"{who}:{token}" for who, token in TOKENS.items())},
         stdout=log, stderr=subprocess.STDOUT,
@@ -154,12 +155,20 @@ def logged_in(url: str, who: str) -> Iterator[WebDriver]:
 
 
 def wait_for(browser: WebDriver, condition: Callable[[WebDriver], Any], what: str = "") -> Any:
-    return WebDriverWait(browser, WAIT_S, poll_frequency=0.05).until(condition, what)
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05,
+                         ignored_exceptions=[StaleElementReferenceException])  # fmt: skip
+    return wait.until(condition, what)
 
 
 def card(browser: WebDriver, message_id: str) -> Any:
-    found = browser.find_elements(By.CSS_SELECTOR, f'#queue li[data-message-id="{message_id}"]')
-    return found[0] if found and found[0].is_displayed() else None
+    """The message's card while the page shows it, else None."""
+    for _ in range(3):  # a card removed (or redrawn) between finding it and asking about it
+        found = browser.find_elements(By.CSS_SELECTOR, f'#queue li[data-message-id="{message_id}"]')
+        try:
+            return found[0] if found and found[0].is_displayed() else None
+        except StaleElementReferenceException:
+            continue
+    return None
 
 
 def screenshot(browser: WebDriver, name: str) -> None:

@@ -255,3 +255,25 @@ async def test_two_consoles_share_claims_and_the_first_verdict_through_redis(
     finally:
         await one.close()
         await two.close()
+
+
+def test_a_console_started_later_rebuilds_the_queue_and_history_from_the_topics(
+    kafka: EmbeddedKafka, redis_server: EmbeddedRedis, topics: Topics, tmp_path: Path
+) -> None:
+    produce(kafka.bootstrap, topics.review, [
+        review_record("m-decided", "decided before this console started"),
+        review_record("m-waiting", "still waiting for a moderator"),
+        review_record("m-expired", "its review timed out", expires_at_ms=1),
+    ])  # fmt: skip
+    earlier = {"message_id": "m-decided", "verdict": "nudge", "moderator_id": "carol",
+               "reason": None, "scope": "channel", "at_ms": 1}  # fmt: skip
+    produce(kafka.bootstrap, topics.verdicts, [earlier])
+    with (
+        console_process(kafka.bootstrap, redis_server.url, topics, tmp_path) as url,
+        logged_in(url, "bob") as bob,
+    ):
+        wait_for(bob, lambda b: card(b, "m-waiting"), "the undecided item")
+        wait_for(bob, lambda b: "carol" in b.find_element(By.ID, "history").text, "the history")
+        assert card(bob, "m-decided") is None
+        assert card(bob, "m-expired") is None
+        assert "1 waiting" in bob.find_element(By.ID, "counts").text
