@@ -285,7 +285,7 @@ class Console:
                 self.board.set_claims(held)
             self.board.set_status(redis="up" if self.claims.shared else "down")
             self.board.expire()
-            self.board._emit("overview", self.board.overview())
+            self.board.publish_overview()
             await asyncio.sleep(TICK_S)
 
 

@@ -162,6 +162,10 @@ class Board:
 
     # -- what a page is sent -------------------------------------------------------------------
 
+    def publish_overview(self) -> None:
+        """The overview to every page (its figures change with time as well as with records)."""
+        self._emit("overview", self.overview())
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "items": list(self.items.values()),

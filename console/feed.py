@@ -103,7 +103,6 @@ class Feed:
                 for records in batch.values():
                     for record in records:
                         self._apply(record)
-                self.board.expire()
         finally:
             probe.cancel()
 
