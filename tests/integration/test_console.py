@@ -206,10 +206,10 @@ def test_the_page_says_the_broker_is_unreachable_while_it_is_stopped_and_recover
             console_process(broker.bootstrap, redis_server.url, topics, tmp_path) as url,
             logged_in(url, "alice") as alice,
         ):
-            produce(
-                broker.bootstrap, topics.review, [review_record("m-before", "before the outage")]
-            )
-            wait_for(alice, lambda b: card(b, "m-before"), "the first card")
+            older = review_record("m-queued", "waiting all along")
+            older["held_at_ms"] -= 60_000
+            produce(broker.bootstrap, topics.review, [review_record("m-before", "before"), older])
+            wait_for(alice, lambda b: card(b, "m-before") and card(b, "m-queued"), "the cards")
             banner = alice.find_element(By.ID, "banner")
             assert not banner.is_displayed()
             os.kill(broker.pid, signal.SIGSTOP)
@@ -218,9 +218,15 @@ def test_the_page_says_the_broker_is_unreachable_while_it_is_stopped_and_recover
                          "the outage banner")  # fmt: skip
                 assert card(alice, "m-before") is not None  # still serving what it has
                 screenshot(alice, "console-outage.png")
+                # A verdict meanwhile is queued, and the page says so.
+                card(alice, "m-before").find_element(By.CSS_SELECTOR, ".verdict-block").click()
+                queued = "goes out when it is back"
+                wait_for(alice, lambda b: queued in b.find_element(By.ID, "toasts").text,
+                         "the page says the verdict is queued")  # fmt: skip
             finally:
                 os.kill(broker.pid, signal.SIGCONT)
             wait_for(alice, lambda b: not banner.is_displayed(), "the banner goes once it is back")
+            wait_for(alice, lambda b: card(b, "m-before") is None, "the queued verdict went out")
             produce(broker.bootstrap, topics.review, [review_record("m-after", "after the outage")])
             wait_for(alice, lambda b: card(b, "m-after"), "a card held after the outage")
             # By keyboard this time: k selects the newer card above, a allows it.
@@ -228,8 +234,12 @@ def test_the_page_says_the_broker_is_unreachable_while_it_is_stopped_and_recover
             wait_for(alice, lambda b: "selected" in card(b, "m-after").get_attribute("class"),
                      "k selects the card above")  # fmt: skip
             ActionChains(alice).send_keys("a").perform()
-            verdicts = read_until(broker.bootstrap, topics.verdicts, lambda seen: len(seen) >= 1)
-            assert [(v["message_id"], v["verdict"]) for v in verdicts] == [("m-after", "allow")]
+            verdicts = read_until(broker.bootstrap, topics.verdicts, lambda seen: len(seen) >= 2)
+            assert [(v["message_id"], v["verdict"]) for v in verdicts] == [
+                ("m-before", "block"),
+                ("m-after", "allow"),
+            ]
+            assert card(alice, "m-queued") is not None
 
 
 async def test_two_consoles_share_claims_and_the_first_verdict_through_redis(
