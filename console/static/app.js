@@ -295,8 +295,9 @@ function showOverview(o) {
   const pct = (x) => (x === null || x === undefined ? "–" : `${Math.round(x * 100)}%`);
   const agreement = o.agreement.map((r) => [r.label, r.decided, r.allow, r.nudge, r.block,
     pct(r.decided ? r.allow / r.decided : null)]);
-  const summary = el("p", "", `Humans allowed ${pct(o.allowed_share)} of the ${o.decided} ` +
-    "held messages they decided.");
+  const summary = el("p", "", o.decided
+    ? `Humans allowed ${pct(o.allowed_share)} of the ${o.decided} held messages they decided.`
+    : "No held message decided yet.");
   box.replaceChildren(summary,
     el("h3", "", "Decisions per minute"),
     table(["minute", "allow", "nudge", "review", "block", "final"], per),
