@@ -19,7 +19,7 @@ MODEL_EXTRAS := model
 BENCH_EXTRAS := dev,model,plot
 MUTATION_EXTRAS := dev,test,mutation
 
-.PHONY: help install redis stunnel promtool model demo test test-unit lint typecheck alerts manifests check mutation bench chaos report tradeoff clean
+.PHONY: help install redis stunnel chromium promtool model demo test test-unit lint typecheck alerts manifests check mutation bench chaos report tradeoff clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -43,6 +43,12 @@ stunnel:  ## Debian's stunnel4 (the Kafka-over-TLS tests), when missing
 	  echo "installing Debian's stunnel4 …"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq stunnel4 >/dev/null; }
 
+chromium:  ## Debian's chromium and chromium-driver (the console's browser tests), when missing
+	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { \
+	  echo "installing Debian's chromium and chromium-driver …"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
 promtool:  ## Debian's prometheus package (promtool, for the alert-rule tests), when missing
 	@command -v promtool >/dev/null || { \
 	  echo "installing Debian's prometheus (for promtool) …"; \
@@ -58,7 +64,7 @@ demo: install  ## embedded Kafka + Redis + moderator, drive real chat through it
 test-unit: $(VENV)/.extras-$(TEST_EXTRAS)  ## the unit tests: no servers, under a minute
 	$(BIN)/pytest tests/unit
 
-test: test-unit redis stunnel  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
+test: test-unit redis stunnel chromium  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
 	$(BIN)/pytest tests/integration
 
 # MODELS_VERDICTS=FILE (`moderator verdicts export`'s): the moderators' verdicts, a train split.
@@ -67,8 +73,8 @@ model: $(VENV)/.extras-$(MODEL_EXTRAS)  ## rebuild the default model, show how i
 	$(PY) -m models ship --from $(MODEL_BUILD) --to $(SHIPPED_MODEL)
 
 lint: $(VENV)/.extras-$(TEST_EXTRAS)  ## ruff
-	$(BIN)/ruff check moderator devstack loadgen models bench chaos tests
-	$(BIN)/ruff format --check moderator devstack loadgen models bench chaos tests
+	$(BIN)/ruff check moderator console devstack loadgen models bench chaos tests
+	$(BIN)/ruff format --check moderator console devstack loadgen models bench chaos tests
 
 typecheck: $(VENV)/.extras-$(TEST_EXTRAS)  ## mypy --strict on the packages
 	$(BIN)/mypy
@@ -93,15 +99,15 @@ deploy/crd-check/node_modules/.installed: deploy/crd-check/package.json deploy/c
 
 manifests: $(VENV)/.extras-$(TEST_EXTRAS) promtool deploy/crd-check/node_modules/.installed  ## deploy/: hadolint, yamllint, compose schema, promtool, kustomize + Kubernetes and CRD schemas
 	$(BIN)/yamllint --strict -c deploy/.yamllint.yaml deploy
-	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile deploy/loadgen.Dockerfile
+	$(BIN)/hadolint --failure-threshold info deploy/Dockerfile deploy/loadgen.Dockerfile deploy/console.Dockerfile
 	$(BIN)/check-jsonschema --schemafile deploy/schemas/compose-spec.json deploy/compose.yaml
 	promtool check config deploy/prometheus.yml
 	$(PY) -m json.tool deploy/grafana/dashboards/moderator.json >/dev/null
 	@rm -rf $(DEPLOY_OUT) && mkdir -p $(DEPLOY_OUT)
-	@for dir in deploy/k8s/base deploy/k8s/overlays/*/ deploy/k8s/strimzi deploy/k8s/dev-services; do \
+	@for dir in deploy/k8s/base deploy/k8s/overlays/*/ deploy/k8s/strimzi deploy/k8s/dev-services deploy/k8s/console; do \
 	  out=$(DEPLOY_OUT)/$$(basename $$dir).yaml; echo "kubectl kustomize $$dir > $$out"; \
 	  $(BIN)/kubectl kustomize $$dir > $$out || exit 1; done
-	$(BIN)/kubernetes-validate --strict --quiet $(DEPLOY_OUT)/*.yaml deploy/k8s/base/secret.example.yaml \
+	$(BIN)/kubernetes-validate --strict --quiet $(DEPLOY_OUT)/*.yaml deploy/k8s/base/secret.example.yaml deploy/k8s/console/secret.example.yaml \
 	  2>&1 | tee $(DEPLOY_OUT)/kubernetes-validate.txt; test $${PIPESTATUS[0]} -eq 0
 	@# A kind without a Kubernetes schema is only a warning there: only the CRD kinds may have one.
 	@! grep -vE "Couldn't find schema for ($(CRD_KINDS)) " $(DEPLOY_OUT)/kubernetes-validate.txt

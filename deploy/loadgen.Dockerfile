@@ -15,10 +15,11 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/loadgen
 # What `pip install . ./tools` reads (loadgen.Dockerfile.dockerignore): tools/pyproject.toml maps
-# the top-level devstack/, loadgen/ and models/ into the chat-moderator-tools wheel.
+# the top-level console/, devstack/, loadgen/ and models/ into the chat-moderator-tools wheel.
 COPY pyproject.toml constraints.txt README.md LICENSE THIRD_PARTY.md ./
 COPY moderator/ moderator/
 COPY tools/ tools/
+COPY console/ console/
 COPY devstack/ devstack/
 COPY loadgen/ loadgen/
 COPY models/ models/

@@ -21,6 +21,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from console.commands import MODERATOR_SETTINGS
+from console.config import ConsoleSettings, env_name
 from moderator.channel_policies import TOPIC_CONFIG
 from moderator.config import Settings
 from moderator.connect import STOP_TIMEOUT_S
@@ -479,13 +481,53 @@ def test_every_image_is_pinned_to_an_exact_version() -> None:
               for image in yaml.safe_load((K8S / ("base" if layout == "base" else
                                           f"overlays/{layout}") / "kustomization.yaml")
                                           .read_text()).get("images", [])]  # fmt: skip
-    for path in (K8S / "dev-services", K8S / "overlays" / "dev", K8S / "overlays" / "production"):
+    for path in (K8S / "dev-services", K8S / "overlays" / "dev", K8S / "overlays" / "production",
+                 K8S / "console"):  # fmt: skip
         images += [c["image"] for d in render(path) if d["kind"] in ("Deployment", "Job")
                    for c in d["spec"]["template"]["spec"]["containers"]]  # fmt: skip
     images += [s["image"] for s in compose()["services"].values() if "image" in s]
-    for dockerfile in ("Dockerfile", "loadgen.Dockerfile"):
+    for dockerfile in ("Dockerfile", "loadgen.Dockerfile", "console.Dockerfile"):
         text = (REPO / "deploy" / dockerfile).read_text()
         images += re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
     assert len(images) > 8
     loose = [image for image in images if not EXACT_TAG.search(image)]
     assert loose == [], loose
+
+
+# -- the review console (deploy/k8s/console, compose service `console`) ------------------------
+
+
+def test_the_consoles_settings_and_secrets_make_a_console_that_can_start() -> None:
+    docs = {d["kind"]: d for d in render(K8S / "console")}
+    (console,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    example = yaml.safe_load((K8S / "console" / "secret.example.yaml").read_text())
+    secrets = example["stringData"]
+    env = dict(docs["ConfigMap"]["data"])
+    env.update({e["name"]: secrets[e["valueFrom"]["secretKeyRef"]["key"]] for e in console["env"]})
+    names = {f"MODERATOR_{name.upper()}" for name in MODERATOR_SETTINGS}
+    names |= {env_name(f.name) for f in dataclasses.fields(ConsoleSettings)}
+    names |= {"MODERATOR_LOG_FORMAT", "MODERATOR_LOG_LEVEL"}
+    assert set(env) <= names, set(env) - names
+    volumes = docs["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    mounted = {i["key"] for v in volumes for i in v.get("secret", {}).get("items", [])}
+    assert mounted <= set(secrets)
+    assert example["metadata"]["namespace"] == docs["Deployment"]["metadata"]["namespace"]
+    settings = ConsoleSettings.from_env(env)
+    assert settings.identity_header  # behind the proxy; the mounted tokens file is the other way
+    assert settings.secret == secrets["session-secret"]
+    Settings.from_env({k: v for k, v in env.items() if k != "MODERATOR_KAFKA_SSL_CAFILE"})
+    (port,) = console["ports"]
+    assert port["containerPort"] == settings.port
+    assert console["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert docs["Service"]["spec"]["ports"][0]["targetPort"] == port["name"]
+
+
+def test_compose_runs_the_console_on_loopback_with_the_moderators_kafka_and_redis() -> None:
+    services = compose()["services"]
+    console = services["console"]
+    assert console["build"]["dockerfile"] == "deploy/console.Dockerfile"
+    assert console["ports"] == ["127.0.0.1:8080:8080"]
+    moderator = services["moderator"]["environment"]
+    for name in ("MODERATOR_KAFKA_BOOTSTRAP", "MODERATOR_REDIS_URL"):
+        assert console["environment"][name] == moderator[name]
+    assert "MODERATOR_CONSOLE_TOKENS" in console["environment"]

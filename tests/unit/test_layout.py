@@ -32,7 +32,7 @@ REPO = RUNTIME.parent
 OUTSIDE = ("devstack", "loadgen", "models", "bench", "chaos", "tests")
 MAX_IMPORT_DEPTH = 8  # modules on the longest chain of runtime modules importing one another
 MAX_FORMATTER_ESCAPES = 10
-TOOLS = ("devstack", "loadgen", "models")  # the dev-tools distribution's packages
+TOOLS = ("console", "devstack", "loadgen", "models")  # the dev-tools distribution's packages
 RUNTIME_COMMANDS = {"run", "score", "policy", "override", "verdicts"}
 # What a copy of the checkout for a wheel build leaves out: VCS, venvs, build outputs, caches.
 NOT_SOURCES = shutil.ignore_patterns(
@@ -138,13 +138,18 @@ def commands(help_text: str) -> set[str]:
     return set(re.findall(r"^    (\S+)", help_text, flags=re.MULTILINE))
 
 
-def test_dev_demo_and_model_reach_the_cli_through_entry_points(
+def test_dev_demo_model_and_console_reach_the_cli_through_entry_points(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
     assert exited.value.code == 0
-    assert commands(capsys.readouterr().out) == RUNTIME_COMMANDS | {"dev", "demo", "model"}
+    assert commands(capsys.readouterr().out) == RUNTIME_COMMANDS | {
+        "console",
+        "dev",
+        "demo",
+        "model",
+    }
 
 
 # -- the two distributions --------------------------------------------------------------------
@@ -217,14 +222,18 @@ def test_the_tools_wheel_holds_the_dev_tools_and_their_data(wheels: dict[str, Wh
     checkout = {
         path.relative_to(REPO).as_posix()
         for package in TOOLS
-        for pattern in ("*.py", "data/*", "corpus/*", "py.typed")
+        for pattern in ("*.py", "data/*", "corpus/*", "static/*", "py.typed")
         for path in (REPO / package).glob(pattern)
     }
     assert any(name.startswith("models/data/") for name in checkout)  # the training data
     assert checkout - set(wheel.files) == set()
     assert wheel.entry_points == {
         "console_scripts": {"loadgen"},
-        "moderator.commands": {"devstack", "models"},  # `dev`, `demo`; `model`
+        "moderator.commands": {
+            "console",
+            "devstack",
+            "models",
+        },  # `console`; `dev`, `demo`; `model`
     }
     # Released together: the same version, and the tools need exactly that runtime.
     version = runtime.metadata["Version"]

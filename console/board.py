@@ -1,0 +1,207 @@
+"""What every open console shows, rebuilt from the topics: the held messages still waiting, who
+claimed which, the verdicts (the audit trail), and the overview. Pure state: the feed and the
+claims store feed it, and each change goes to the listeners (the pages' event streams) as one
+event, so every open page sees it at once.
+
+A held message leaves the queue when its first verdict is read from the verdict topic, when a final
+decision for it is read from the decision topic (a verdict applied, or the review timed out), or
+when its `expires_at_ms` passes (the moderator then applies the policy's fallback). A second
+verdict from the moderator who decided, within the undo grace period, is a correction: the page
+shows the new verdict as the one in effect. Any other later verdict is shown as late (the
+moderator counts it and changes only the override).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+from console.records import VERDICTS, Decision, Verdict, now_ms
+
+Listener = Callable[[str, dict[str, Any]], None]
+MINUTE_MS = 60_000
+TOP_CHANNELS = 5
+
+
+class Board:
+    def __init__(
+        self,
+        *,
+        undo_grace_s: float,
+        overview_minutes: int,
+        history_size: int = 200,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.undo_grace_ms = int(undo_grace_s * 1000)
+        self.overview_minutes = overview_minutes
+        self.clock = clock
+        self.items: dict[str, dict[str, Any]] = {}  # held and undecided, by message_id
+        self.first: dict[str, Verdict] = {}  # the verdict that decided each message
+        self.effective: dict[str, Verdict] = {}  # the first, or its correction within the grace
+        self.labels: dict[str, str] = {}  # the label that held each message seen on the topic
+        self.finals: set[str] = set()  # messages with a final decision on the decision topic
+        self.claims: dict[str, dict[str, Any]] = {}  # message_id -> {moderator_id, until_ms}
+        self.history: deque[dict[str, Any]] = deque(maxlen=history_size)
+        self.agreement: Counter[tuple[str, str]] = Counter()  # (label, verdict) of decided ones
+        self.minutes: dict[int, Counter[str]] = {}  # minute start -> action (or "final") counts
+        self.flagged: dict[int, Counter[str]] = {}  # minute start -> channel -> non-allow count
+        self.status: dict[str, Any] = {"broker": "connecting", "redis": "up", "since_ms": clock()}
+        self.listeners: list[Listener] = []
+
+    def _emit(self, event: str, data: dict[str, Any]) -> None:
+        for listener in list(self.listeners):
+            listener(event, data)
+
+    # -- the topics ----------------------------------------------------------------------------
+
+    def add_review(self, item: dict[str, Any]) -> None:
+        message_id = item["message_id"]
+        self.labels[message_id] = item["label"]
+        if message_id in self.first:  # its verdict was read first (another topic, another pace)
+            self._count(message_id, None, self.effective[message_id])
+            return
+        if message_id in self.finals or message_id in self.items:
+            return
+        expires = item.get("expires_at_ms")
+        if expires is not None and expires <= self.clock():
+            return
+        self.items[message_id] = item
+        self._emit("held", item)
+
+    def add_verdict(self, verdict: Verdict) -> None:
+        message_id = verdict.message_id
+        first = self.first.get(message_id)
+        if first is None:
+            kind = "decided"
+            self.first[message_id] = self.effective[message_id] = verdict
+            self._count(message_id, None, verdict)
+            self._gone(message_id, verdict=verdict.shown())
+        elif self.is_correction(first, verdict):
+            kind = "corrected"
+            self._count(message_id, self.effective[message_id], verdict)
+            self.effective[message_id] = verdict
+        else:
+            kind = "late"
+        entry = {
+            **verdict.shown(),
+            "kind": kind,
+            "label": self.labels.get(message_id),
+            "decided_by": self.first[message_id].moderator_id,
+        }
+        self.history.append(entry)
+        self._emit("verdict", entry)
+
+    def is_correction(self, first: Verdict, verdict: Verdict) -> bool:
+        """A second verdict by the moderator who decided, within the undo grace period."""
+        return (
+            verdict.moderator_id == first.moderator_id
+            and 0 <= verdict.at_ms - first.at_ms <= self.undo_grace_ms
+        )
+
+    def add_decision(self, decision: Decision) -> None:
+        minute = decision.at_ms - decision.at_ms % MINUTE_MS
+        if minute > self.clock() - self.overview_minutes * MINUTE_MS:
+            self.minutes.setdefault(minute, Counter())[decision.action] += 1
+            if decision.final:
+                self.minutes[minute]["final"] += 1
+            if decision.action != "allow":
+                self.flagged.setdefault(minute, Counter())[decision.channel_id] += 1
+        if decision.final:
+            self.finals.add(decision.message_id)
+            if decision.message_id in self.items:
+                self._gone(decision.message_id, final={"action": decision.action,
+                                                       "reason": decision.reason})  # fmt: skip
+
+    def _count(self, message_id: str, old: Verdict | None, new: Verdict) -> None:
+        label = self.labels.get(message_id)
+        if label is None:  # counted when its review record arrives
+            return
+        if old is not None:
+            self.agreement[(label, old.verdict)] -= 1
+        self.agreement[(label, new.verdict)] += 1
+
+    def _gone(self, message_id: str, **why: Any) -> None:
+        self.items.pop(message_id, None)
+        self.claims.pop(message_id, None)
+        self._emit("gone", {"message_id": message_id, **why})
+
+    # -- time, claims, health ------------------------------------------------------------------
+
+    def expire(self) -> None:
+        """Drop held messages past their review deadline, and overview minutes past the window."""
+        now = self.clock()
+        for message_id, item in list(self.items.items()):
+            expires = item.get("expires_at_ms")
+            if expires is not None and expires <= now:
+                self._gone(message_id, expired=True)
+        oldest = now - self.overview_minutes * MINUTE_MS
+        for table in (self.minutes, self.flagged):
+            for minute in [m for m in table if m <= oldest]:
+                del table[minute]
+
+    def set_claim(self, message_id: str, claim: dict[str, Any] | None) -> None:
+        if message_id not in self.items or self.claims.get(message_id) == claim:
+            return
+        if claim is None:
+            self.claims.pop(message_id, None)
+        else:
+            self.claims[message_id] = claim
+        self._emit("claim", {"message_id": message_id, "claim": claim})
+
+    def set_claims(self, claims: dict[str, dict[str, Any]]) -> None:
+        """Every waiting item's claim as the shared store has it (None: unclaimed)."""
+        for message_id in list(self.items):
+            self.set_claim(message_id, claims.get(message_id))
+
+    def set_status(self, **parts: str) -> None:
+        changed = {k: v for k, v in parts.items() if self.status.get(k) != v}
+        if changed:
+            self.status.update(changed, since_ms=self.clock())
+            self._emit("status", dict(self.status))
+
+    # -- what a page is sent -------------------------------------------------------------------
+
+    def publish_overview(self) -> None:
+        """The overview to every page (its figures change with time as well as with records)."""
+        self._emit("overview", self.overview())
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "items": list(self.items.values()),
+            "claims": dict(self.claims),
+            "history": list(self.history),
+            "status": dict(self.status),
+            "overview": self.overview(),
+            "undo_grace_ms": self.undo_grace_ms,
+        }
+
+    def overview(self) -> dict[str, Any]:
+        now = self.clock()
+        held = [item["held_at_ms"] for item in self.items.values()]
+        labels = sorted({label for label, _ in self.agreement})
+        agreement: list[dict[str, Any]] = []
+        decided = allowed = 0
+        for label in labels:
+            row = {v: self.agreement[(label, v)] for v in VERDICTS}
+            agreement.append({"label": label, **row, "decided": sum(row.values())})
+            decided += sum(row.values())
+            allowed += row["allow"]
+        channels: Counter[str] = Counter()
+        for counts in self.flagged.values():
+            channels.update(counts)
+        return {
+            "now_ms": now,
+            "waiting": len(self.items),
+            "oldest_held_at_ms": min(held) if held else None,
+            "per_minute": [
+                {"minute_ms": minute, **self.minutes[minute]} for minute in sorted(self.minutes)
+            ],
+            "agreement": agreement,
+            "decided": decided,
+            "allowed_share": allowed / decided if decided else None,
+            "top_channels": [
+                {"channel_id": channel, "flagged": n}
+                for channel, n in channels.most_common(TOP_CHANNELS)
+            ],
+        }

@@ -1,0 +1,155 @@
+"""Claims and first-verdict locks, shared by every console through Redis (the score cache's
+Redis, keys under `moderator:console:`), each with a TTL so a moderator who walks away frees
+the item.
+
+- `moderator:console:claim:<message_id>`: `{"moderator_id", "until_ms"}` for the claim TTL.
+- `moderator:console:verdict:<message_id>`: the verdict this console side let through first
+  (SET NX), so two moderators on two consoles cannot both decide an item; the second is told who
+  was first. It outlives any review timeout (a day).
+
+Redis unreachable: one warning, then both live in this process only (one console still works;
+several may then both decide an item, and the moderator applies the first verdict it reads), and
+Redis is tried again every few seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "moderator:console:"
+LOCK_TTL_MS = 86_400_000
+RETRY_S = 5.0
+TIMEOUT_S = 0.5
+
+# Take the claim unless someone else holds it; either way, answer the holder's record.
+CLAIM = """
+local held = redis.call('GET', KEYS[1])
+if held and cjson.decode(held)['moderator_id'] ~= ARGV[1] then return held end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return ARGV[2]
+"""
+# Drop the claim only if it is the caller's.
+RELEASE = """
+local held = redis.call('GET', KEYS[1])
+if held and cjson.decode(held)['moderator_id'] == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class Claims:
+    def __init__(self, redis_url: str, claim_ttl_s: float) -> None:
+        self.claim_ttl_ms = int(claim_ttl_s * 1000)
+        self.redis = (
+            aioredis.Redis.from_url(
+                redis_url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S
+            )
+            if redis_url
+            else None
+        )
+        self._down_until = 0.0
+        self._claims: dict[str, dict[str, Any]] = {}  # the fallback, this process only
+        self._locks: dict[str, dict[str, Any]] = {}
+
+    @property
+    def shared(self) -> bool:
+        """Whether claims are shared with other consoles right now."""
+        return self.redis is not None and time.monotonic() >= self._down_until
+
+    async def close(self) -> None:
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    def _failed(self, exc: Exception) -> None:
+        if self.shared:
+            log.warning("Redis unreachable (%r): claims are this console's own until it is back",
+                        exc)  # fmt: skip
+        self._down_until = time.monotonic() + RETRY_S
+
+    def _ok(self) -> None:
+        if self._down_until:
+            log.info("Redis is back: claims are shared again")
+            self._down_until = 0.0
+
+    async def claim(self, message_id: str, moderator_id: str) -> dict[str, Any]:
+        """Claim `message_id` for `moderator_id` unless another holds it; the holder's claim."""
+        until = int(time.time() * 1000) + self.claim_ttl_ms
+        record = {"moderator_id": moderator_id, "until_ms": until}
+        if self.redis is not None and self.shared:
+            try:
+                held = await self.redis.eval(
+                    CLAIM, 1, PREFIX + "claim:" + message_id, moderator_id,
+                    orjson.dumps(record), self.claim_ttl_ms,
+                )  # fmt: skip
+                self._ok()
+                return dict(orjson.loads(held))
+            except (RedisError, OSError) as exc:
+                self._failed(exc)
+        held_here = self._claims.get(message_id)
+        if held_here and held_here["moderator_id"] != moderator_id and _live(held_here):
+            return held_here
+        self._claims[message_id] = record
+        return record
+
+    async def release(self, message_id: str, moderator_id: str) -> None:
+        if self.redis is not None and self.shared:
+            try:
+                await self.redis.eval(RELEASE, 1, PREFIX + "claim:" + message_id, moderator_id)
+                self._ok()
+            except (RedisError, OSError) as exc:
+                self._failed(exc)
+        if self._claims.get(message_id, {}).get("moderator_id") == moderator_id:
+            del self._claims[message_id]
+
+    async def held(self, message_ids: list[str]) -> dict[str, dict[str, Any]] | None:
+        """The live claims on `message_ids`; None when the shared store cannot say."""
+        if not message_ids:
+            return {}
+        if self.redis is not None and self.shared:
+            try:
+                values = await self.redis.mget([PREFIX + "claim:" + m for m in message_ids])
+                self._ok()
+                return {m: orjson.loads(v) for m, v in zip(message_ids, values, strict=True) if v}
+            except (RedisError, OSError) as exc:
+                self._failed(exc)
+        return {m: c for m, c in self._claims.items() if m in message_ids and _live(c)}
+
+    async def first_verdict(self, message_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        """Record `record` as `message_id`'s verdict unless one was recorded first; the first."""
+        if self.redis is not None and self.shared:
+            key = PREFIX + "verdict:" + message_id
+            try:
+                value = orjson.dumps(record)
+                if await self.redis.set(key, value, nx=True, px=LOCK_TTL_MS):
+                    self._ok()
+                    return record
+                first = await self.redis.get(key)
+                self._ok()
+                if first is not None:
+                    return dict(orjson.loads(first))
+            except (RedisError, OSError) as exc:
+                self._failed(exc)
+        return self._locks.setdefault(message_id, record)
+
+    async def correct(self, message_id: str, record: dict[str, Any]) -> None:
+        """Replace the recorded verdict (an undo by its moderator, checked by the caller)."""
+        self._locks[message_id] = record
+        if self.redis is not None and self.shared:
+            try:
+                await self.redis.set(
+                    PREFIX + "verdict:" + message_id, orjson.dumps(record), px=LOCK_TTL_MS
+                )
+                self._ok()
+            except (RedisError, OSError) as exc:
+                self._failed(exc)
+
+
+def _live(claim: dict[str, Any]) -> bool:
+    return int(claim["until_ms"]) > time.time() * 1000

@@ -1,0 +1,88 @@
+"""`moderator console`, added to the CLI through the `moderator.commands` entry point. The web
+stack (Starlette, uvicorn) is imported only when the command runs: it is the console extra's."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from typing import Any
+
+from moderator import loop
+from moderator.cli import KAFKA_CONNECTION, say
+from moderator.commandline import command, log_flags
+from moderator.config import add_setting_flags, settings_from_args
+from moderator.errors import ConfigError
+from moderator.redaction import protect
+
+# What the console reads of the moderator's settings: Kafka, Redis (claims) and the decision topic.
+MODERATOR_SETTINGS = (*KAFKA_CONNECTION, "out_topic", "redis_url")
+EXTRA_MODULES = ("starlette", "uvicorn", "sse_starlette", "itsdangerous", "multipart")
+EXTRA_HINT = "pip install . './tools[console]'"
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add `console` to the `moderator` command line."""
+    from console.config import add_console_flags
+
+    cmd = command(sub, "console", "the review console for human moderators, a web page (the "
+                  "console extra)", """
+        MODERATOR_CONSOLE_TOKENS=alice:s3cret-token moderator console
+        moderator console --port 8080 --identity-header X-Forwarded-Email
+        moderator console --kafka-bootstrap kafka:9092 --redis-url redis://cache:6379/0
+    """, description="""\
+A web page for human moderators: the held messages of the review topic, live, with their
+context; claim, allow / nudge / block (a verdict on the verdict topic); history, filters and an
+overview of the decision topic. Log in with a token, or run it behind a proxy that sets the
+identity header.""")  # fmt: skip
+    add_setting_flags(cmd, MODERATOR_SETTINGS)
+    add_console_flags(cmd)
+    log_flags(cmd, argparse.SUPPRESS)
+    cmd.set_defaults(command=run_console)
+
+
+def run_console(args: argparse.Namespace) -> int:
+    missing = [m for m in EXTRA_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"moderator console needs the console extra ({EXTRA_HINT}); "
+                          f"missing: {', '.join(missing)}")  # fmt: skip
+    from console.config import ConsoleSettings
+
+    settings = settings_from_args(args)
+    console = ConsoleSettings.from_env(**{k: v for k, v in vars(args).items() if v is not None})
+    protect([*settings.secrets(), *console.secrets()])
+    console.check()
+    options = settings.kafka_options()
+    return loop.run(serve(options, settings.out_topic, settings.redis_url, console))
+
+
+async def serve(
+    kafka_options: dict[str, Any], decision_topic: str, redis_url: str, console: Any
+) -> int:
+    import uvicorn
+
+    from console.app import create_app
+    from console.board import Board
+    from console.claims import Claims
+    from console.feed import Feed
+
+    board = Board(undo_grace_s=console.undo_grace_s, overview_minutes=console.overview_minutes)
+    feed = Feed(
+        board,
+        kafka_options,
+        review_topic=console.review_topic,
+        verdict_topic=console.verdict_topic,
+        decision_topic=decision_topic,
+    )
+    app = create_app(console, board, feed, Claims(redis_url, console.claim_ttl_s))
+    config = uvicorn.Config(
+        app,
+        host=console.host,
+        port=console.port,
+        log_config=None,  # moderator's logging (cli.py) applies
+        access_log=False,
+        timeout_graceful_shutdown=3,
+    )
+    say(f"console  http://{console.host}:{console.port}/  ({console.review_topic} → "
+        f"{console.verdict_topic}, overview of {decision_topic}); Ctrl+C to stop")  # fmt: skip
+    await uvicorn.Server(config).serve()
+    return 0

@@ -1,0 +1,150 @@
+"""The console's own settings (`MODERATOR_CONSOLE_*`, and the loop's topic names
+`MODERATOR_REVIEW_TOPIC` / `MODERATOR_VERDICT_TOPIC`, the same variables the moderators read),
+each with a flag. Kafka, Redis and the decision topic are the moderator's settings
+(moderator/config.py), so one environment configures both."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hmac
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moderator.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    review_topic: str = "chat.review"
+    verdict_topic: str = "chat.verdicts"
+    tokens: str = ""
+    tokens_file: str = ""
+    identity_header: str = ""
+    secret: str = ""
+    secure_cookies: bool = False
+    undo_grace_s: float = 30.0
+    claim_ttl_s: float = 300.0
+    overview_minutes: int = 15
+    send_timeout_s: float = 5.0
+
+    def logins(self) -> dict[str, str]:
+        """token -> moderator id, from `tokens` (`id:token,id:token`) and `tokens_file` (one
+        `id token` per line, `#` comments)."""
+        pairs: list[tuple[str, str]] = []
+        for part in filter(None, (p.strip() for p in self.tokens.split(","))):
+            who, sep, token = part.partition(":")
+            if not sep:
+                raise ConfigError("MODERATOR_CONSOLE_TOKENS: each entry is moderator_id:token")
+            pairs.append((who.strip(), token.strip()))
+        if self.tokens_file:
+            try:
+                lines = Path(self.tokens_file).read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(f"MODERATOR_CONSOLE_TOKENS_FILE: {exc.strerror}") from None
+            for n, line in enumerate(lines, 1):
+                words = line.split("#", 1)[0].split()
+                if not words:
+                    continue
+                if len(words) != 2:
+                    raise ConfigError(
+                        f"MODERATOR_CONSOLE_TOKENS_FILE line {n}: expected `moderator_id token`"
+                    )
+                pairs.append((words[0], words[1]))
+        logins: dict[str, str] = {}
+        for who, token in pairs:
+            if not who or len(token) < 8:
+                raise ConfigError(f"console token of {who!r}: at least 8 characters")
+            logins[token] = who
+        return logins
+
+    def check(self) -> None:
+        if not self.logins() and not self.identity_header:
+            raise ConfigError(
+                "the console has no way to log in: set MODERATOR_CONSOLE_TOKENS (or _TOKENS_FILE) "
+                "or MODERATOR_CONSOLE_IDENTITY_HEADER (a header your authenticating proxy sets)"
+            )
+
+    def secrets(self) -> list[str]:
+        return [self.secret, *self.logins()]
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> ConsoleSettings:
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = overrides.get(f.name)
+            if raw is None:
+                raw = environ.get(env_name(f.name))
+            if raw is None:
+                continue
+            kind: type[Any] = type(f.default)
+            try:
+                if kind is bool:
+                    values[f.name] = str(raw).lower() in ("1", "true", "yes", "on")
+                else:
+                    values[f.name] = kind(raw)
+            except ValueError:
+                raise ConfigError(f"{env_name(f.name)}: not a {kind.__name__}: {raw!r}") from None
+        return cls(**values)
+
+
+def env_name(name: str) -> str:
+    if name in ("review_topic", "verdict_topic"):
+        return "MODERATOR_" + name.upper()
+    return "MODERATOR_CONSOLE_" + name.upper()
+
+
+HELP = {
+    "host": "address the console binds to",
+    "port": "the console's HTTP port",
+    "review_topic": "the review topic the moderators publish held messages to",
+    "verdict_topic": "the verdict topic the console produces to and the moderators read",
+    "tokens": "logins, moderator_id:token,... (a secret)",
+    "tokens_file": "logins, a file of `moderator_id token` lines (a secret)",
+    "identity_header": "header an authenticating proxy sets to the moderator's id "
+    "(e.g. X-Forwarded-Email); only behind such a proxy",
+    "secret": "key signing the session cookies (random per process if unset: sessions end "
+    "with it, and several replicas need the same one)",
+    "secure_cookies": "mark cookies Secure (served over HTTPS)",
+    "undo_grace_s": "seconds a moderator may correct their own verdict",
+    "claim_ttl_s": "seconds a claim lasts unless renewed",
+    "overview_minutes": "minutes of decisions the overview covers",
+    "send_timeout_s": "seconds a verdict post waits for the broker before answering 'queued'",
+}
+
+
+def add_console_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("console settings")
+    for f in dataclasses.fields(ConsoleSettings):
+        flag, shown = (
+            "--" + f.name.replace("_", "-"),
+            f"[{env_name(f.name)}, default: {f.default!r}]",
+        )
+        if isinstance(f.default, bool):  # a switch: given means on
+            group.add_argument(flag, dest=f.name, action="store_const", const="1",
+                               help=f"{HELP[f.name]} {shown}")  # fmt: skip
+            continue
+        group.add_argument(
+            flag,
+            dest=f.name,
+            default=None,
+            metavar=f.name.split("_")[-1].upper(),
+            help=f"{HELP[f.name]} {shown}",
+        )
+
+
+def token_matches(given: str, logins: Mapping[str, str]) -> str | None:
+    """The moderator whose token `given` is, comparing in constant time."""
+    found = None
+    for token, who in logins.items():
+        if hmac.compare_digest(given.encode(), token.encode()):
+            found = who
+    return found

@@ -1,0 +1,169 @@
+"""The records the console reads and writes (loop contract, README "Records"): review records and
+verdicts, parsed leniently into what the page shows, and a verdict encoded for the verdict topic.
+
+The console is a reader of topics other programs write: a record it cannot use is skipped with a
+warning (the moderator dead-letters bad verdicts; the console has no dead-letter topic of its own).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import orjson
+
+VERDICTS = ("allow", "nudge", "block")
+SCOPES = ("global", "channel")
+# What the page shows of a held message's context and text: the moderator bounds them already
+# (review_context, review_context_bytes); these only keep a hostile record from flooding pages.
+MAX_CONTEXT = 20
+MAX_TEXT = 4096
+
+
+class BadRecord(ValueError):
+    """A record the console cannot use (the message says why)."""
+
+
+class Verdict(NamedTuple):
+    """A verdict record (verdict.schema.json)."""
+
+    message_id: str
+    verdict: str
+    moderator_id: str
+    reason: str | None
+    scope: str
+    at_ms: int
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self._asdict())
+
+    def shown(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _obj(value: bytes | None) -> dict[str, Any]:
+    if value is None:
+        raise BadRecord("no value (a tombstone)")
+    try:
+        data = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise BadRecord(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRecord("not a JSON object")
+    return data
+
+
+def _text(data: Mapping[str, Any], name: str, *, required: bool = True) -> str:
+    value = data.get(name)
+    if isinstance(value, str) and (value or not required):
+        return value
+    if value is None and not required:
+        return ""
+    raise BadRecord(f"{name!r} must be a non-empty string")
+
+
+def _int(data: Mapping[str, Any], name: str, default: int | None = None) -> int:
+    value = data.get(name, default)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise BadRecord(f"{name!r} must be an integer")
+
+
+def parse_verdict(value: bytes | None) -> Verdict:
+    data = _obj(value)
+    verdict = data.get("verdict")
+    if verdict not in VERDICTS:
+        raise BadRecord(f"'verdict' must be one of {', '.join(VERDICTS)}")
+    scope = data.get("scope") or "global"
+    if scope not in SCOPES:
+        raise BadRecord(f"'scope' must be one of {', '.join(SCOPES)}")
+    reason = data.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise BadRecord("'reason' must be a string or null")
+    return Verdict(
+        message_id=_text(data, "message_id"),
+        verdict=verdict,
+        moderator_id=_text(data, "moderator_id"),
+        reason=reason,
+        scope=scope,
+        at_ms=_int(data, "at_ms"),
+    )
+
+
+def label_of(reason: str | None) -> str:
+    """The label a held message is filtered and counted by: its reason's head
+    (`unsupported_language:de` → `unsupported_language`, `deny:policy:slur` → `deny`)."""
+    return (reason or "unknown").split(":", 1)[0] or "unknown"
+
+
+def parse_review(value: bytes | None, timestamp_ms: int) -> dict[str, Any]:
+    """What the page shows of a review record; `timestamp_ms` (the record's) stands in for a
+    missing `held_at_ms`."""
+    data = _obj(value)
+    held = data.get("held_at_ms")
+    held_at = held if isinstance(held, int) else timestamp_ms
+    expires = data.get("expires_at_ms")
+    scores = data.get("scores")
+    context = data.get("context")
+    return {
+        "message_id": _text(data, "message_id"),
+        "channel_id": _text(data, "channel_id"),
+        "user_id": _text(data, "user_id"),
+        "text": _text(data, "text", required=False)[:MAX_TEXT],
+        "sent_at_ms": data.get("sent_at_ms") if isinstance(data.get("sent_at_ms"), int) else None,
+        "reason": data.get("reason") if isinstance(data.get("reason"), str) else None,
+        "label": label_of(data.get("reason") if isinstance(data.get("reason"), str) else None),
+        "severity": data.get("severity") if isinstance(data.get("severity"), str) else None,
+        "scores": {
+            str(k): float(v)
+            for k, v in (scores.items() if isinstance(scores, dict) else ())
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        },
+        "model": str(data.get("model") or ""),
+        "policy": str(data.get("policy") or ""),
+        "language": data.get("language") if isinstance(data.get("language"), str) else None,
+        "strikes": data.get("strikes") if isinstance(data.get("strikes"), int) else 0,
+        "context": [_context_line(c) for c in context[-MAX_CONTEXT:] if isinstance(c, dict)]
+        if isinstance(context, list)
+        else [],
+        "held_at_ms": held_at,
+        "expires_at_ms": expires if isinstance(expires, int) else None,
+    }
+
+
+def _context_line(line: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "message_id": str(line.get("message_id") or ""),
+        "user_id": str(line.get("user_id") or ""),
+        "text": str(line.get("text") or "")[:MAX_TEXT],
+        "sent_at_ms": line.get("sent_at_ms") if isinstance(line.get("sent_at_ms"), int) else None,
+    }
+
+
+class Decision(NamedTuple):
+    """What the overview reads of a decision record."""
+
+    message_id: str
+    channel_id: str
+    action: str
+    final: bool
+    reason: str | None
+    at_ms: int
+
+
+def parse_decision(value: bytes | None, timestamp_ms: int) -> Decision:
+    data = _obj(value)
+    decided = data.get("decided_at_ms")
+    return Decision(
+        message_id=_text(data, "message_id"),
+        channel_id=_text(data, "channel_id"),
+        action=_text(data, "action"),
+        final=data.get("final") is True,
+        reason=data.get("reason") if isinstance(data.get("reason"), str) else None,
+        at_ms=decided if isinstance(decided, int) else timestamp_ms,
+    )

@@ -1,0 +1,409 @@
+// The review console's page. Every text that comes from chat (messages, ids, reasons) is set with
+// textContent, never parsed as HTML; links are never made clickable. The CSP forbids inline script.
+"use strict";
+
+const VERDICTS = ["allow", "nudge", "block"];
+const KEYS = { a: "allow", n: "nudge", b: "block" };
+const state = {
+  me: null, csrf: null, items: new Map(), claims: new Map(), history: [], status: {},
+  overview: null, grace: 30000, selected: null, stream: "connecting", lastOwn: null,
+};
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+const $ = (sel) => document.querySelector(sel);
+
+function age(ms) {
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+}
+const clock = (ms) => new Date(ms).toLocaleTimeString();
+
+function toast(text, kind, actions) {
+  const box = el("div", `toast ${kind || ""}`);
+  box.append(el("span", "", text));
+  for (const [label, act] of actions || []) {
+    const button = el("button", "", label);
+    button.addEventListener("click", () => { box.remove(); act(); });
+    box.append(button);
+  }
+  $("#toasts").append(box);
+  setTimeout(() => box.remove(), actions && actions.length ? state.grace : 6000);
+  return box;
+}
+
+async function post(path, body) {
+  const response = await fetch(path, {
+    method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf },
+    body: JSON.stringify(body),
+  });
+  let data = {};
+  try { data = await response.json(); } catch (_) { /* not JSON */ }
+  return { status: response.status, data };
+}
+
+// -- the queue ---------------------------------------------------------------------------------
+
+function visible(item) {
+  const channel = $("#filter-channel").value, label = $("#filter-label").value;
+  return (!channel || item.channel_id === channel) && (!label || item.label === label);
+}
+
+function card(item) {
+  const li = el("li", "item");
+  li.dataset.messageId = item.message_id;
+  li.tabIndex = -1;
+  const head = el("div", "head");
+  head.append(
+    el("span", "channel", `#${item.channel_id}`), el("span", "user", item.user_id),
+    el("span", `label label-${item.label}`, item.reason || item.label),
+  );
+  if (item.severity) head.append(el("span", "severity", item.severity));
+  head.append(el("span", "strikes", `strikes ${item.strikes}`), el("span", "age", ""),
+    el("span", "claim", ""));
+  li.append(head);
+  const context = el("ol", "context");
+  for (const line of item.context) {
+    const row = el("li");
+    row.append(el("span", "user", line.user_id), el("span", "text", line.text));
+    context.append(row);
+  }
+  li.append(context);
+  const held = el("p", "held");
+  held.append(el("span", "user", item.user_id), el("span", "text", item.text));
+  li.append(held);
+  const scores = el("div", "scores");
+  // The labels that count: the top one, and any other of at least 0.05.
+  const ranked = Object.entries(item.scores).sort((x, y) => y[1] - x[1]);
+  for (const [label, score] of ranked.filter(([, s], i) => i === 0 || s >= 0.05)) {
+    const bar = el("span", "bar");
+    bar.style.width = `${Math.round(score * 100)}%`;
+    const row = el("div", "score");
+    row.append(el("span", "name", label), bar, el("span", "value", score.toFixed(2)));
+    scores.append(row);
+  }
+  li.append(scores);
+  const meta = el("p", "meta muted",
+    `${item.message_id} · policy ${item.policy} · model ${item.model}` +
+    (item.language ? ` · language ${item.language}` : ""));
+  li.append(meta);
+  const actions = el("div", "actions");
+  const reason = el("input", "reason");
+  reason.placeholder = "reason (optional)";
+  reason.maxLength = 500;
+  const scope = el("select", "scope");
+  for (const value of ["global", "channel"]) {
+    const option = el("option", "", value === "global" ? "everywhere" : "this channel");
+    option.value = value;
+    scope.append(option);
+  }
+  const claim = el("button", "claim-button", "Claim");
+  claim.addEventListener("click", () => claimItem(item.message_id));
+  actions.append(claim, reason, scope);
+  for (const verdict of VERDICTS) {
+    const button = el("button", `verdict verdict-${verdict}`, verdict);
+    button.addEventListener("click", () => decide(item.message_id, verdict));
+    actions.append(button);
+  }
+  li.append(actions);
+  li.addEventListener("click", () => select(item.message_id));
+  return li;
+}
+
+function showClaim(li, claim) {
+  const span = li.querySelector(".claim");
+  const mine = claim && claim.moderator_id === state.me;
+  span.textContent = claim ? (mine ? "claimed by you" : `${claim.moderator_id} is on it`) : "";
+  li.classList.toggle("claimed-other", Boolean(claim) && !mine);
+  li.classList.toggle("claimed-mine", Boolean(mine));
+  li.querySelector(".claim-button").textContent = mine ? "Release" : "Claim";
+}
+
+function addItem(item) {
+  state.items.set(item.message_id, item);
+  const li = card(item);
+  showClaim(li, state.claims.get(item.message_id));
+  // Newest first, by when the moderator held it (records arrive in no order across partitions).
+  const after = sortedQueue().find((other) =>
+    state.items.get(other.dataset.messageId).held_at_ms < item.held_at_ms);
+  $("#queue").insertBefore(li, after || null);
+  refresh();
+}
+
+function removeItem(id, why) {
+  state.items.delete(id);
+  state.claims.delete(id);
+  const li = document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"]`);
+  if (li) {
+    if (state.selected === id) moveSelection(1) || moveSelection(-1);
+    li.remove();
+  }
+  if (state.selected === id) state.selected = null;
+  if (why && why.verdict && why.verdict.moderator_id !== state.me && li) {
+    toast(`${why.verdict.moderator_id} decided ${id}: ${why.verdict.verdict}`, "info");
+  }
+  refresh();
+}
+
+function sortedQueue() {
+  return [...document.querySelectorAll("#queue > li")];
+}
+
+function refresh() {
+  const shown = sortedQueue().filter((li) => {
+    const on = visible(state.items.get(li.dataset.messageId));
+    li.hidden = !on;
+    return on;
+  });
+  for (const li of sortedQueue()) {
+    li.querySelector(".age").textContent = age(state.items.get(li.dataset.messageId).held_at_ms);
+  }
+  $("#empty").hidden = shown.length > 0;
+  const oldest = Math.min(...shown.map((li) => state.items.get(li.dataset.messageId).held_at_ms));
+  $("#counts").textContent = `${shown.length} waiting` +
+    (shown.length < state.items.size ? ` (of ${state.items.size})` : "") +
+    (shown.length ? ` · oldest ${age(oldest)}` : "");
+  fillFilter("#filter-channel", [...state.items.values()].map((i) => i.channel_id));
+  fillFilter("#filter-label", [...state.items.values()].map((i) => i.label));
+  // Keys act on the selected card: never on one the filters hide.
+  if (shown.length && !shown.some((li) => li.dataset.messageId === state.selected)) {
+    select(shown[0].dataset.messageId);
+  }
+}
+
+function fillFilter(sel, values) {
+  const select = $(sel), current = select.value;
+  const wanted = ["", ...new Set(values)].sort();
+  if (current && !wanted.includes(current)) wanted.push(current);
+  const have = [...select.options].map((o) => o.value);
+  if (have.join("\n") === wanted.join("\n")) return;
+  select.replaceChildren(...wanted.map((value) => {
+    const option = el("option", "", value || "all");
+    option.value = value;
+    return option;
+  }));
+  select.value = current;
+}
+
+function select(id) {
+  for (const li of document.querySelectorAll("#queue li.selected")) li.classList.remove("selected");
+  state.selected = id;
+  const li = id && document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"]`);
+  if (li) { li.classList.add("selected"); li.scrollIntoView({ block: "nearest" }); }
+}
+
+function moveSelection(step) {
+  const shown = sortedQueue().filter((li) => !li.hidden);
+  const at = shown.findIndex((li) => li.dataset.messageId === state.selected);
+  const next = shown[at + step];
+  if (next) { select(next.dataset.messageId); return true; }
+  return false;
+}
+
+// -- actions -----------------------------------------------------------------------------------
+
+async function claimItem(id) {
+  const mine = (state.claims.get(id) || {}).moderator_id === state.me;
+  const { status, data } = await post("/api/claim", { message_id: id, release: mine });
+  if (status === 409 && data.claim) toast(`${data.claim.moderator_id} is already on it`, "warn");
+  else if (status === 409 || status === 404) gone(id, data);
+  else if (status >= 400) toast(`claim failed: ${data.error || status}`, "error");
+}
+
+function gone(id, data) {
+  const who = data.decided_by ? ` by ${data.decided_by} (${data.verdict})` : "";
+  toast(`${id} is gone: already decided${who}`, "warn");
+  if (data.decided_by) removeItem(id);
+}
+
+async function decide(id, verdict) {
+  const li = document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"]`);
+  if (!li) return;
+  const reason = li.querySelector(".reason").value;
+  const scope = li.querySelector(".scope").value;
+  for (const button of li.querySelectorAll("button.verdict")) button.disabled = true;
+  const { status, data } = await post("/api/verdict", { message_id: id, verdict, reason, scope });
+  for (const button of li.querySelectorAll("button.verdict")) button.disabled = false;
+  if (status === 200 || status === 202) {
+    li.classList.add("sent");
+    if (status === 202) toast(`The broker is not answering: your ${verdict} on ${id} goes out when it is back`, "warn");
+    state.lastOwn = { id, verdict, at: Date.now() };
+    offerUndo(id, verdict);
+  } else if (status === 409 && data.error === "claimed") {
+    toast(`${data.claim.moderator_id} is on it: claim it when they let go`, "warn");
+  } else if (status === 409 || status === 404) {
+    gone(id, data);
+  } else {
+    toast(`not sent: ${data.error || status}`, "error");
+  }
+}
+
+function offerUndo(id, verdict) {
+  const others = VERDICTS.filter((v) => v !== verdict);
+  toast(`You: ${verdict} on ${id}. Undo →`, "undo",
+    others.map((v) => [v, () => undo(id, v)]));
+}
+
+async function undo(id, verdict) {
+  const { status, data } = await post("/api/undo", { message_id: id, verdict });
+  if (status === 200 || status === 202) toast(`${id} changed to ${verdict}`, "info");
+  else toast(`undo refused: ${data.error || status}`, "error");
+}
+
+// -- history and overview ----------------------------------------------------------------------
+
+function addHistory(entry) {
+  state.history.push(entry);
+  const row = el("tr", `kind-${entry.kind}`);
+  const verdict = entry.kind === "decided" ? entry.verdict
+    : entry.kind === "corrected" ? `${entry.verdict} (undo)` : `${entry.verdict} (late; ${entry.decided_by} was first)`;
+  row.append(el("td", "", clock(entry.at_ms)), el("td", "", entry.moderator_id),
+    el("td", "", entry.message_id), el("td", `verdict-${entry.verdict}`, verdict),
+    el("td", "", entry.reason || ""));
+  $("#history tbody").prepend(row);
+  while ($("#history tbody").rows.length > 200) $("#history tbody").lastChild.remove();
+}
+
+function table(head, rows) {
+  const t = el("table");
+  const tr = el("tr");
+  for (const h of head) tr.append(el("th", "", h));
+  const thead = el("thead");
+  thead.append(tr);
+  const tbody = el("tbody");
+  for (const row of rows) {
+    const r = el("tr");
+    for (const cell of row) r.append(el("td", "", cell));
+    tbody.append(r);
+  }
+  t.append(thead, tbody);
+  return t;
+}
+
+function showOverview(o) {
+  state.overview = o;
+  const box = $("#overview");
+  const per = o.per_minute.slice(-10).map((m) => [clock(m.minute_ms).slice(0, 5),
+    m.allow || 0, m.nudge || 0, m.review || 0, m.block || 0, m.final || 0]);
+  const pct = (x) => (x === null || x === undefined ? "–" : `${Math.round(x * 100)}%`);
+  const agreement = o.agreement.map((r) => [r.label, r.decided, r.allow, r.nudge, r.block,
+    pct(r.decided ? r.allow / r.decided : null)]);
+  const summary = el("p", "", o.decided
+    ? `Humans allowed ${pct(o.allowed_share)} of the ${o.decided} held messages they decided.`
+    : "No held message decided yet.");
+  box.replaceChildren(summary,
+    el("h3", "", "Decisions per minute"),
+    table(["minute", "allow", "nudge", "review", "block", "final"], per),
+    el("h3", "", "Model vs human (held, by label)"),
+    table(["label", "decided", "allow", "nudge", "block", "allowed"], agreement),
+    el("h3", "", "Top channels (flagged)"),
+    table(["channel", "flagged"], o.top_channels.map((c) => [c.channel_id, c.flagged])));
+}
+
+function showStatus() {
+  const s = state.status, badges = $("#badges");
+  badges.replaceChildren(
+    el("span", `badge ${s.broker === "up" ? "ok" : "bad"}`, `broker ${s.broker}`),
+    el("span", `badge ${s.redis === "up" ? "ok" : "bad"}`,
+      s.redis === "up" ? "claims shared" : "claims: this console only"),
+    el("span", `badge ${state.stream === "open" ? "ok" : "bad"}`, `live ${state.stream}`));
+  const banner = $("#banner");
+  if (state.stream !== "open") {
+    banner.textContent = "The console is unreachable: reconnecting… (what you see may be stale)";
+  } else if (s.broker !== "up") {
+    banner.textContent = `The Kafka broker is unreachable (since ${clock(s.since_ms)}): the queue may be stale, and verdicts wait until it is back.`;
+  }
+  banner.hidden = state.stream === "open" && s.broker === "up";
+  banner.className = banner.hidden ? "" : "outage";
+}
+
+// -- the live stream ---------------------------------------------------------------------------
+
+function connect() {
+  const source = new EventSource("/events");
+  const on = (name, handle) => source.addEventListener(name, (e) => handle(JSON.parse(e.data)));
+  on("snapshot", (snap) => {
+    state.me = snap.me;
+    state.grace = snap.undo_grace_ms;
+    state.items.clear();
+    state.claims = new Map(Object.entries(snap.claims));
+    $("#queue").replaceChildren();
+    $("#history tbody").replaceChildren();
+    state.history = [];
+    snap.items.sort((x, y) => x.held_at_ms - y.held_at_ms).forEach(addItem);
+    snap.history.forEach(addHistory);
+    state.stream = "open";
+    state.status = snap.status;
+    showStatus();
+    showOverview(snap.overview);
+    document.body.dataset.ready = "true";
+  });
+  on("held", addItem);
+  on("gone", (why) => removeItem(why.message_id, why));
+  on("claim", ({ message_id: id, claim }) => {
+    if (claim) state.claims.set(id, claim); else state.claims.delete(id);
+    const li = document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"]`);
+    if (li) showClaim(li, claim);
+  });
+  on("verdict", addHistory);
+  on("status", (s) => { state.status = s; showStatus(); });
+  on("overview", (o) => { showOverview(o); refresh(); });
+  source.onopen = () => { state.stream = "open"; showStatus(); };
+  source.onerror = () => { state.stream = "reconnecting"; showStatus(); };
+}
+
+// -- keys, login, start ------------------------------------------------------------------------
+
+document.addEventListener("keydown", (e) => {
+  if (e.target.closest && e.target.closest("input, select, textarea")) {
+    if (e.key === "Escape") e.target.blur();
+    return;
+  }
+  if (e.ctrlKey || e.metaKey || e.altKey || !state.me) return;
+  const id = state.selected;
+  if (e.key === "j") moveSelection(1);
+  else if (e.key === "k") moveSelection(-1);
+  else if (e.key === "c" && id) claimItem(id);
+  else if (KEYS[e.key] && id) decide(id, KEYS[e.key]);
+  else if (e.key === "r" && id) {
+    e.preventDefault();
+    document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"] .reason`).focus();
+  } else if (e.key === "u" && state.lastOwn) {
+    const undoButton = document.querySelector("#toasts .undo button");
+    if (undoButton) undoButton.focus();
+  } else if (e.key === "?") $("#help").showModal();
+  else return;
+  e.preventDefault();
+});
+
+async function boot() {
+  const session = await (await fetch("/api/session", { credentials: "same-origin" })).json();
+  state.csrf = session.csrf;
+  for (const input of document.querySelectorAll("input[name=csrf]")) input.value = session.csrf;
+  $("#filter-channel").addEventListener("change", refresh);
+  $("#filter-label").addEventListener("change", refresh);
+  if (!session.moderator_id) {
+    $("#login").hidden = false;
+    $("#login-form").hidden = !session.token_login;
+    $("#no-token-login").hidden = session.token_login;
+    $("#login-failed").hidden = !location.search.includes("login=failed");
+    document.body.dataset.ready = "login";
+    return;
+  }
+  state.me = session.moderator_id;
+  $("#me").textContent = state.me;
+  $("#logout").hidden = false;
+  $("#console").hidden = false;
+  showStatus();
+  connect();
+  setInterval(refresh, 1000);
+}
+
+boot();

@@ -1,0 +1,209 @@
+"""The console's HTTP side (console/app.py) without a broker: access, CSRF, first verdict wins,
+undo. The feed is replaced by one that hands each verdict straight back to the board, as the
+verdict topic would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from console.app import create_app
+from console.board import Board
+from console.claims import Claims
+from console.config import ConsoleSettings
+from console.feed import Feed
+from console.records import Verdict, now_ms, parse_review
+from moderator.errors import ConfigError
+
+TOKENS = "alice:alice-token-1,bob:bob-token-22"
+
+
+class TopicFeed(Feed):
+    """Sends verdicts nowhere but the board (`echo`: as if read back from the verdict topic)."""
+
+    def __init__(self, board: Board, *, echo: bool = True) -> None:
+        super().__init__(board, {}, review_topic="r", verdict_topic="v", decision_topic="d")
+        self.sent: list[Verdict] = []
+        self.echo = echo
+
+    async def send(self, verdict: Verdict, timeout_s: float) -> bool:
+        self.sent.append(verdict)
+        if self.echo:
+            self.board.add_verdict(verdict)
+        return True
+
+
+@pytest.fixture
+def board() -> Board:
+    board = Board(undo_grace_s=30, overview_minutes=15)
+    for message_id in ("m-1", "m-2"):
+        record = {"message_id": message_id, "channel_id": "c", "user_id": "u", "text": "hi"}
+        board.add_review(parse_review(orjson.dumps(record), now_ms()))
+    return board
+
+
+def app(board: Board, feed: Feed | None = None, **settings: Any) -> TestClient:
+    return two(board, feed, **settings)[0]
+
+
+def two(board: Board, feed: Feed | None = None, **settings: Any) -> tuple[TestClient, TestClient]:
+    """Two browsers (cookie jars) on one console."""
+    console = ConsoleSettings(**{"tokens": TOKENS, **settings})
+    served = create_app(console, board, feed or TopicFeed(board), Claims("", 60))
+    return TestClient(served), TestClient(served)
+
+
+def logged_in(client: TestClient, token: str) -> str:
+    """Log `client` in; its CSRF token."""
+    csrf = client.get("/api/session").json()["csrf"]
+    reply = client.post("/login", data={"token": token, "csrf": csrf}, follow_redirects=False)
+    assert reply.status_code == 303
+    assert reply.headers["location"] == "/"
+    session = client.get("/api/session").json()
+    assert session["moderator_id"]
+    return str(session["csrf"])
+
+
+def act(client: TestClient, csrf: str, path: str, **body: Any) -> Any:
+    return client.post(path, json=body, headers={"X-CSRF-Token": csrf})
+
+
+def test_the_page_forbids_inline_script_and_framing(board: Board) -> None:
+    reply = app(board).get("/")
+    assert reply.status_code == 200
+    csp = reply.headers["content-security-policy"]
+    assert "script-src 'self'" in csp
+    assert "unsafe-inline" not in csp
+    assert "frame-ancestors 'none'" in csp
+    assert reply.headers["x-content-type-options"] == "nosniff"
+
+
+def test_nothing_but_the_login_works_without_an_identity(board: Board) -> None:
+    client = app(board)
+    csrf = client.get("/api/session").json()["csrf"]
+    assert client.get("/events").status_code == 401
+    assert act(client, csrf, "/api/verdict", message_id="m-1", verdict="block").status_code == 401
+    assert act(client, csrf, "/api/claim", message_id="m-1").status_code == 401
+    wrong = client.post(
+        "/login", data={"token": "guess-guess", "csrf": csrf}, follow_redirects=False
+    )
+    assert wrong.headers["location"] == "/?login=failed"
+    assert client.get("/api/session").json()["moderator_id"] is None
+
+
+def test_posts_without_the_sessions_csrf_token_or_from_another_origin_are_refused(
+    board: Board,
+) -> None:
+    client = app(board)
+    csrf = logged_in(client, "alice-token-1")
+    assert (
+        act(client, "forged", "/api/verdict", message_id="m-1", verdict="block").status_code == 403
+    )
+    assert (
+        client.post("/api/verdict", json={"message_id": "m-1", "verdict": "block"}).status_code
+        == 403
+    )
+    evil = client.post(
+        "/api/verdict", json={"message_id": "m-1", "verdict": "block"},
+        headers={"X-CSRF-Token": csrf, "Origin": "https://evil.example"},
+    )  # fmt: skip
+    assert evil.status_code == 403
+    assert client.post("/login", data={"token": "bob-token-22"}).status_code == 403
+    assert client.post("/logout", data={}).status_code == 403
+    assert "m-1" in board.items  # nothing was decided
+
+
+def test_the_first_verdict_wins_and_the_second_moderator_is_told_who_decided(
+    board: Board,
+) -> None:
+    feed = TopicFeed(board, echo=False)  # the verdict not yet read back: the lock decides
+    alice, bob = two(board, feed)
+    a, b = logged_in(alice, "alice-token-1"), logged_in(bob, "bob-token-22")
+    first = act(alice, a, "/api/verdict", message_id="m-1", verdict="block", reason=" threat ")
+    assert first.status_code == 200
+    assert first.json()["verdict"]["moderator_id"] == "alice"
+    second = act(bob, b, "/api/verdict", message_id="m-1", verdict="allow")
+    assert second.status_code == 409
+    assert second.json() == {"error": "gone", "decided_by": "alice", "verdict": "block"}
+    assert [(v.moderator_id, v.verdict, v.reason) for v in feed.sent] == [
+        ("alice", "block", "threat")
+    ]
+    board.add_verdict(feed.sent[0])  # read back from the topic: gone from the queue
+    assert act(bob, b, "/api/verdict", message_id="m-1", verdict="allow").status_code == 409
+    assert act(bob, b, "/api/verdict", message_id="m-x", verdict="allow").status_code == 404
+
+
+def test_a_claimed_item_is_the_claimers_to_decide(board: Board) -> None:
+    alice, bob = two(board)
+    a, b = logged_in(alice, "alice-token-1"), logged_in(bob, "bob-token-22")
+    assert act(alice, a, "/api/claim", message_id="m-2").status_code == 200
+    assert board.claims["m-2"]["moderator_id"] == "alice"
+    taken = act(bob, b, "/api/claim", message_id="m-2")
+    assert taken.status_code == 409
+    assert taken.json()["claim"]["moderator_id"] == "alice"
+    refused = act(bob, b, "/api/verdict", message_id="m-2", verdict="allow")
+    assert (refused.status_code, refused.json()["error"]) == (409, "claimed")
+    assert act(alice, a, "/api/claim", message_id="m-2", release=True).status_code == 200
+    assert "m-2" not in board.claims
+    assert act(bob, b, "/api/verdict", message_id="m-2", verdict="allow").status_code == 200
+
+
+def test_undo_is_a_second_verdict_of_the_decider_within_the_grace_period(board: Board) -> None:
+    feed = TopicFeed(board)
+    alice, bob = two(board, feed)
+    a, b = logged_in(alice, "alice-token-1"), logged_in(bob, "bob-token-22")
+    assert act(alice, a, "/api/verdict", message_id="m-1", verdict="block").status_code == 200
+    assert act(bob, b, "/api/undo", message_id="m-1", verdict="allow").status_code == 409
+    assert act(alice, a, "/api/undo", message_id="m-1", verdict="block").status_code == 409
+    assert act(alice, a, "/api/undo", message_id="m-1", verdict="nudge").status_code == 200
+    assert [(v.verdict, v.moderator_id) for v in feed.sent] == [
+        ("block", "alice"),
+        ("nudge", "alice"),
+    ]
+    assert board.effective["m-1"].verdict == "nudge"
+    late = Board(undo_grace_s=0, overview_minutes=15)
+    late.add_verdict(Verdict("m-9", "block", "alice", None, "global", now_ms() - 1000))
+    client = app(late)
+    csrf = logged_in(client, "alice-token-1")
+    refused = act(client, csrf, "/api/undo", message_id="m-9", verdict="allow")
+    assert refused.json()["error"] == "the undo grace period is over"
+
+
+def test_a_proxy_header_names_the_moderator_when_configured(board: Board) -> None:
+    client = app(board, tokens="", identity_header="X-Forwarded-Email")
+    session = client.get("/api/session", headers={"X-Forwarded-Email": "carol@example.com"}).json()
+    assert session["moderator_id"] == "carol@example.com"
+    assert session["token_login"] is False
+    reply = act(client, session["csrf"], "/api/verdict", message_id="m-1", verdict="allow")
+    assert reply.status_code == 401  # the header on every request, or no identity
+    reply = client.post(
+        "/api/verdict", json={"message_id": "m-1", "verdict": "allow"},
+        headers={"X-CSRF-Token": session["csrf"], "X-Forwarded-Email": "carol@example.com"},
+    )  # fmt: skip
+    assert reply.status_code == 200
+    assert board.first["m-1"].moderator_id == "carol@example.com"
+
+
+def test_settings_come_from_the_loops_and_the_consoles_variables(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# moderators\ncarol carol-token-333\n\n")
+    settings = ConsoleSettings.from_env({
+        "MODERATOR_REVIEW_TOPIC": "r", "MODERATOR_CONSOLE_PORT": "9000",
+        "MODERATOR_CONSOLE_TOKENS": "alice:alice-token-1", "MODERATOR_CONSOLE_SECURE_COOKIES": "1",
+        "MODERATOR_CONSOLE_TOKENS_FILE": str(tokens),
+    }, port="9001")  # fmt: skip
+    assert (settings.review_topic, settings.port, settings.secure_cookies) == ("r", 9001, True)
+    assert settings.logins() == {"alice-token-1": "alice", "carol-token-333": "carol"}
+    with pytest.raises(ConfigError, match="MODERATOR_CONSOLE_PORT"):
+        ConsoleSettings.from_env({"MODERATOR_CONSOLE_PORT": "http"})
+    with pytest.raises(ConfigError, match="no way to log in"):
+        ConsoleSettings().check()
+    with pytest.raises(ConfigError, match="at least 8"):
+        ConsoleSettings(tokens="alice:short").logins()
+    tokens.write_text("carol\n")
+    with pytest.raises(ConfigError, match="line 1"):
+        ConsoleSettings(tokens_file=str(tokens)).logins()

@@ -1,0 +1,152 @@
+"""The console's state (console/board.py) and record parsing (console/records.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from console.board import MINUTE_MS, Board
+from console.records import BadRecord, Decision, Verdict, parse_review, parse_verdict
+
+NOW = 1_800_000_000_000
+
+
+def review(message_id: str, **fields: Any) -> dict[str, Any]:
+    record = {"message_id": message_id, "channel_id": "c", "user_id": "u", "text": "hi",
+              "reason": "threat", "held_at_ms": NOW, "expires_at_ms": NOW + 60_000}  # fmt: skip
+    record.update(fields)
+    return parse_review(orjson.dumps(record), NOW)
+
+
+def verdict(message_id: str, action: str = "block", who: str = "alice", at: int = NOW) -> Verdict:
+    return Verdict(message_id, action, who, None, "global", at)
+
+
+@pytest.fixture
+def board() -> tuple[Board, list[tuple[str, dict[str, Any]]]]:
+    events: list[tuple[str, dict[str, Any]]] = []
+    b = Board(undo_grace_s=30, overview_minutes=15, clock=lambda: NOW)
+    b.listeners.append(lambda name, data: events.append((name, data)))
+    return b, events
+
+
+def test_a_review_record_is_queued_and_its_first_verdict_takes_it_off(board: Any) -> None:
+    b, events = board
+    b.add_review(review("m-1"))
+    assert list(b.items) == ["m-1"]
+    b.set_claim("m-1", {"moderator_id": "bob", "until_ms": NOW + 1})
+    b.add_verdict(verdict("m-1"))
+    assert b.items == {}
+    assert b.claims == {}
+    assert [name for name, _ in events] == ["held", "claim", "gone", "verdict"]
+    assert events[2][1]["verdict"]["moderator_id"] == "alice"
+    assert b.history[-1]["kind"] == "decided"
+
+
+def test_a_verdict_read_before_its_review_record_keeps_it_off_the_queue(board: Any) -> None:
+    b, _ = board
+    b.add_verdict(verdict("m-1", "allow"))
+    b.add_review(review("m-1"))
+    assert b.items == {}
+    assert b.overview()["agreement"] == [
+        {"label": "threat", "allow": 1, "nudge": 0, "block": 0, "decided": 1}
+    ]
+
+
+def test_a_second_verdict_is_a_correction_only_from_the_decider_within_the_grace(
+    board: Any,
+) -> None:
+    b, _ = board
+    b.add_review(review("m-1"))
+    b.add_verdict(verdict("m-1", "block"))
+    b.add_verdict(verdict("m-1", "allow", who="bob", at=NOW + 1000))
+    assert b.effective["m-1"].verdict == "block"
+    assert b.history[-1]["kind"] == "late"
+    b.add_verdict(verdict("m-1", "nudge", at=NOW + 29_000))
+    assert b.effective["m-1"].verdict == "nudge"
+    assert b.history[-1]["kind"] == "corrected"
+    b.add_verdict(verdict("m-1", "allow", at=NOW + 31_000))
+    assert b.effective["m-1"].verdict == "nudge"  # past the grace: late
+    row = b.overview()["agreement"][0]
+    assert (row["block"], row["nudge"], row["allow"], row["decided"]) == (0, 1, 0, 1)
+
+
+def test_expired_and_finally_decided_items_leave_the_queue(board: Any) -> None:
+    b, events = board
+    b.add_review(review("m-old", expires_at_ms=NOW - 1))
+    assert b.items == {}  # already past its deadline when read: never shown
+    b.add_review(review("m-1", expires_at_ms=NOW + 5))
+    b.add_review(review("m-2"))
+    b.clock = lambda: NOW + 10
+    b.expire()
+    assert list(b.items) == ["m-2"]
+    b.add_decision(Decision("m-2", "c", "allow", True, "review_timeout", NOW))
+    assert b.items == {}
+    assert [data for name, data in events if name == "gone"] == [
+        {"message_id": "m-1", "expired": True},
+        {"message_id": "m-2", "final": {"action": "allow", "reason": "review_timeout"}},
+    ]
+
+
+def test_the_overview_counts_decisions_per_minute_and_flagged_channels(board: Any) -> None:
+    b, _ = board
+    for channel, action, final in [("a", "block", False), ("a", "nudge", False),
+                                   ("b", "allow", False), ("b", "block", True)]:  # fmt: skip
+        b.add_decision(Decision("m", channel, action, final, None, NOW))
+    b.add_decision(Decision("m", "z", "block", False, None, NOW - 16 * MINUTE_MS))  # too old
+    b.add_review(review("m-1", held_at_ms=NOW - 5000))
+    overview = b.overview()
+    minute = NOW - NOW % MINUTE_MS
+    assert overview["per_minute"] == [
+        {"minute_ms": minute, "block": 2, "nudge": 1, "allow": 1, "final": 1}
+    ]
+    assert overview["top_channels"] == [
+        {"channel_id": "a", "flagged": 2},
+        {"channel_id": "b", "flagged": 1},
+    ]
+    assert (overview["waiting"], overview["oldest_held_at_ms"]) == (1, NOW - 5000)
+
+
+def test_the_broker_status_is_sent_only_when_it_changes(board: Any) -> None:
+    b, events = board
+    b.set_status(broker="down")
+    b.set_status(broker="down")
+    b.set_status(broker="up")
+    assert [data["broker"] for name, data in events if name == "status"] == ["down", "up"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"not json", b"[1]", b'{"message_id": "m", "verdict": "ban", "moderator_id": "a", "at_ms": 1}',
+     b'{"message_id": "m", "verdict": "block", "moderator_id": "", "at_ms": 1}',
+     b'{"message_id": "m", "verdict": "block", "moderator_id": "a", "at_ms": "1"}',
+     b'{"message_id": "m", "verdict": "block", "moderator_id": "a", "at_ms": 1, "scope": "x"}',
+     None],
+)  # fmt: skip
+def test_a_verdict_the_console_cannot_use_is_refused(value: bytes | None) -> None:
+    with pytest.raises(BadRecord):
+        parse_verdict(value)
+
+
+def test_a_verdict_round_trips_and_scope_defaults_to_global() -> None:
+    v = parse_verdict(b'{"message_id": "m", "verdict": "nudge", "moderator_id": "a", "at_ms": 5}')
+    assert v == Verdict("m", "nudge", "a", None, "global", 5)
+    assert parse_verdict(v.encode()) == v
+
+
+def test_a_review_record_is_read_leniently_and_bounded() -> None:
+    item = parse_review(
+        orjson.dumps({"message_id": "m", "channel_id": "c", "user_id": "u", "text": "x" * 10_000,
+                      "reason": "unsupported_language:de", "scores": {"threat": 0.5, "bad": "x"},
+                      "context": [{"text": str(i)} for i in range(50)] + ["junk"]}),
+        NOW,
+    )  # fmt: skip
+    assert item["label"] == "unsupported_language"
+    assert len(item["text"]) == 4096
+    assert item["scores"] == {"threat": 0.5}
+    assert [c["text"] for c in item["context"]] == [str(i) for i in range(31, 50)]
+    assert (item["held_at_ms"], item["expires_at_ms"], item["strikes"]) == (NOW, None, 0)
+    with pytest.raises(BadRecord):
+        parse_review(b'{"message_id": "m", "channel_id": "c"}', NOW)
