@@ -1,9 +1,12 @@
 """Claims and first-verdict locks, shared by every console through Redis (the score cache's
-Redis, keys under `moderator:console:`), each with a TTL so a moderator who walks away frees
-the item.
+Redis, keys under `moderator:console:<verdict_topic>:`), each with a TTL so a moderator who walks
+away frees the item. The verdict topic scopes them: consoles deciding for one verdict topic
+coordinate, and another deployment sharing the Redis (staging beside production, a test) with
+the same message ids never finds this one's locks (the moderator scopes its held messages by
+its consumer group the same way).
 
-- `moderator:console:claim:<message_id>`: `{"moderator_id", "until_ms"}` for the claim TTL.
-- `moderator:console:verdict:<message_id>`: the verdict this console side let through first
+- `<prefix>claim:<message_id>`: `{"moderator_id", "until_ms"}` for the claim TTL.
+- `<prefix>verdict:<message_id>`: the verdict this console side let through first
   (SET NX), so two moderators on two consoles cannot both decide an item; the second is told who
   was first. It outlives any review timeout (a day).
 
@@ -24,7 +27,7 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
-PREFIX = "moderator:console:"
+PREFIX = "moderator:console:"  # then the verdict topic
 LOCK_TTL_MS = 86_400_000
 RETRY_S = 5.0
 TIMEOUT_S = 0.5
@@ -45,7 +48,8 @@ return 0
 
 
 class Claims:
-    def __init__(self, redis_url: str, claim_ttl_s: float) -> None:
+    def __init__(self, redis_url: str, claim_ttl_s: float, *, verdict_topic: str) -> None:
+        self.prefix = f"{PREFIX}{verdict_topic}:"
         self.claim_ttl_ms = int(claim_ttl_s * 1000)
         self.redis = (
             aioredis.Redis.from_url(
@@ -85,7 +89,7 @@ class Claims:
         if self.redis is not None and self.shared:
             try:
                 held = await self.redis.eval(
-                    CLAIM, 1, PREFIX + "claim:" + message_id, moderator_id,
+                    CLAIM, 1, self.prefix + "claim:" + message_id, moderator_id,
                     orjson.dumps(record), self.claim_ttl_ms,
                 )  # fmt: skip
                 self._ok()
@@ -101,7 +105,7 @@ class Claims:
     async def release(self, message_id: str, moderator_id: str) -> None:
         if self.redis is not None and self.shared:
             try:
-                await self.redis.eval(RELEASE, 1, PREFIX + "claim:" + message_id, moderator_id)
+                await self.redis.eval(RELEASE, 1, self.prefix + "claim:" + message_id, moderator_id)
                 self._ok()
             except (RedisError, OSError) as exc:
                 self._failed(exc)
@@ -114,7 +118,7 @@ class Claims:
             return {}
         if self.redis is not None and self.shared:
             try:
-                values = await self.redis.mget([PREFIX + "claim:" + m for m in message_ids])
+                values = await self.redis.mget([self.prefix + "claim:" + m for m in message_ids])
                 self._ok()
                 return {m: orjson.loads(v) for m, v in zip(message_ids, values, strict=True) if v}
             except (RedisError, OSError) as exc:
@@ -124,7 +128,7 @@ class Claims:
     async def first_verdict(self, message_id: str, record: dict[str, Any]) -> dict[str, Any]:
         """Record `record` as `message_id`'s verdict unless one was recorded first; the first."""
         if self.redis is not None and self.shared:
-            key = PREFIX + "verdict:" + message_id
+            key = self.prefix + "verdict:" + message_id
             try:
                 value = orjson.dumps(record)
                 if await self.redis.set(key, value, nx=True, px=LOCK_TTL_MS):
@@ -144,7 +148,7 @@ class Claims:
         if self.redis is not None and self.shared:
             try:
                 await self.redis.set(
-                    PREFIX + "verdict:" + message_id, orjson.dumps(record), px=LOCK_TTL_MS
+                    self.prefix + "verdict:" + message_id, orjson.dumps(record), px=LOCK_TTL_MS
                 )
                 self._ok()
             except (RedisError, OSError) as exc:

@@ -73,7 +73,12 @@ async def serve(
         verdict_topic=console.verdict_topic,
         decision_topic=decision_topic,
     )
-    app = create_app(console, board, feed, Claims(redis_url, console.claim_ttl_s))
+    app = create_app(
+        console,
+        board,
+        feed,
+        Claims(redis_url, console.claim_ttl_s, verdict_topic=console.verdict_topic),
+    )
     config = uvicorn.Config(
         app,
         host=console.host,

@@ -245,10 +245,13 @@ def test_the_page_says_the_broker_is_unreachable_while_it_is_stopped_and_recover
 async def test_two_consoles_share_claims_and_the_first_verdict_through_redis(
     fresh_redis: EmbeddedRedis,
 ) -> None:
-    one, two = Claims(fresh_redis.url, 60), Claims(fresh_redis.url, 60)
+    one, two = (Claims(fresh_redis.url, 60, verdict_topic="chat.verdicts") for _ in range(2))
+    # Another deployment's console (its own verdict topic) on the same Redis, same message ids.
+    staging = Claims(fresh_redis.url, 60, verdict_topic="staging.verdicts")
     try:
         assert (await one.claim("m-1", "alice"))["moderator_id"] == "alice"
         assert (await two.claim("m-1", "bob"))["moderator_id"] == "alice"  # held elsewhere
+        assert (await staging.claim("m-1", "carol"))["moderator_id"] == "carol"  # not alice's
         held = await two.held(["m-1", "m-2"])
         assert held is not None
         assert list(held) == ["m-1"]
@@ -259,12 +262,14 @@ async def test_two_consoles_share_claims_and_the_first_verdict_through_redis(
         first = {"moderator_id": "alice", "verdict": "block", "at_ms": 1}
         assert await one.first_verdict("m-1", first) == first
         assert await two.first_verdict("m-1", {**first, "moderator_id": "bob"}) == first
+        theirs = {**first, "moderator_id": "carol"}
+        assert await staging.first_verdict("m-1", theirs) == theirs  # not alice's verdict
         fresh_redis.stop()  # Redis gone: each console on its own, still answering
         assert (await two.claim("m-3", "bob"))["moderator_id"] == "bob"
         assert not two.shared
     finally:
-        await one.close()
-        await two.close()
+        for claims in (one, two, staging):
+            await claims.close()
 
 
 def test_a_console_started_later_rebuilds_the_queue_and_history_from_the_topics(

@@ -53,7 +53,9 @@ def app(board: Board, feed: Feed | None = None, **settings: Any) -> TestClient:
 def two(board: Board, feed: Feed | None = None, **settings: Any) -> tuple[TestClient, TestClient]:
     """Two browsers (cookie jars) on one console."""
     console = ConsoleSettings(**{"tokens": TOKENS, **settings})
-    served = create_app(console, board, feed or TopicFeed(board), Claims("", 60))
+    served = create_app(
+        console, board, feed or TopicFeed(board), Claims("", 60, verdict_topic="chat.verdicts")
+    )
     return TestClient(served), TestClient(served)
 
 
