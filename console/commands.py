@@ -10,12 +10,12 @@ from typing import Any
 from moderator import loop
 from moderator.cli import KAFKA_CONNECTION, say
 from moderator.commandline import command, log_flags
-from moderator.config import add_setting_flags, settings_from_args
+from moderator.config import Settings, add_setting_flags, settings_from_args
 from moderator.errors import ConfigError
 from moderator.redaction import protect
 
-# What the console reads of the moderator's settings: Kafka, Redis (claims) and the decision topic.
-MODERATOR_SETTINGS = (*KAFKA_CONNECTION, "out_topic", "redis_url")
+# What the console reads of the moderator's settings: Kafka, Redis (claims) and the loop's topics.
+MODERATOR_SETTINGS = (*KAFKA_CONNECTION, "review_topic", "verdict_topic", "out_topic", "redis_url")
 EXTRA_MODULES = ("starlette", "uvicorn", "sse_starlette", "itsdangerous", "multipart")
 EXTRA_HINT = "pip install . './tools[console]'"
 
@@ -51,13 +51,10 @@ def run_console(args: argparse.Namespace) -> int:
     console = ConsoleSettings.from_env(**{k: v for k, v in vars(args).items() if v is not None})
     protect([*settings.secrets(), *console.secrets()])
     console.check()
-    options = settings.kafka_options()
-    return loop.run(serve(options, settings.out_topic, settings.redis_url, console))
+    return loop.run(serve(settings, console))
 
 
-async def serve(
-    kafka_options: dict[str, Any], decision_topic: str, redis_url: str, console: Any
-) -> int:
+async def serve(settings: Settings, console: Any) -> int:
     import uvicorn
 
     from console.app import create_app
@@ -68,16 +65,16 @@ async def serve(
     board = Board(undo_grace_s=console.undo_grace_s, overview_minutes=console.overview_minutes)
     feed = Feed(
         board,
-        kafka_options,
-        review_topic=console.review_topic,
-        verdict_topic=console.verdict_topic,
-        decision_topic=decision_topic,
+        settings.kafka_options(),
+        review_topic=settings.review_topic,
+        verdict_topic=settings.verdict_topic,
+        decision_topic=settings.out_topic,
     )
     app = create_app(
         console,
         board,
         feed,
-        Claims(redis_url, console.claim_ttl_s, verdict_topic=console.verdict_topic),
+        Claims(settings.redis_url, console.claim_ttl_s, verdict_topic=settings.verdict_topic),
     )
     config = uvicorn.Config(
         app,
@@ -87,7 +84,7 @@ async def serve(
         access_log=False,
         timeout_graceful_shutdown=3,
     )
-    say(f"console  http://{console.host}:{console.port}/  ({console.review_topic} → "
-        f"{console.verdict_topic}, overview of {decision_topic}); Ctrl+C to stop")  # fmt: skip
+    say(f"console  http://{console.host}:{console.port}/  ({settings.review_topic} → "
+        f"{settings.verdict_topic}, overview of {settings.out_topic}); Ctrl+C to stop")  # fmt: skip
     await uvicorn.Server(config).serve()
     return 0

@@ -1,7 +1,6 @@
-"""The console's own settings (`MODERATOR_CONSOLE_*`, and the loop's topic names
-`MODERATOR_REVIEW_TOPIC` / `MODERATOR_VERDICT_TOPIC`, the same variables the moderators read),
-each with a flag. Kafka, Redis and the decision topic are the moderator's settings
-(moderator/config.py), so one environment configures both."""
+"""The console's own settings (`MODERATOR_CONSOLE_*`), each with a flag. Kafka, Redis and the
+topics (review, verdict, decision) are the moderator's settings (moderator/config.py `Settings`,
+read by `moderator console` too), so one environment configures both and they cannot disagree."""
 
 from __future__ import annotations
 
@@ -21,8 +20,6 @@ from moderator.errors import ConfigError
 class ConsoleSettings:
     host: str = "127.0.0.1"
     port: int = 8080
-    review_topic: str = "chat.review"
-    verdict_topic: str = "chat.verdicts"
     tokens: str = ""
     tokens_file: str = ""
     identity_header: str = ""
@@ -97,16 +94,12 @@ class ConsoleSettings:
 
 
 def env_name(name: str) -> str:
-    if name in ("review_topic", "verdict_topic"):
-        return "MODERATOR_" + name.upper()
     return "MODERATOR_CONSOLE_" + name.upper()
 
 
 HELP = {
     "host": "address the console binds to",
     "port": "the console's HTTP port",
-    "review_topic": "the review topic the moderators publish held messages to",
-    "verdict_topic": "the verdict topic the console produces to and the moderators read",
     "tokens": "logins, moderator_id:token,... (a secret)",
     "tokens_file": "logins, a file of `moderator_id token` lines (a secret)",
     "identity_header": "header an authenticating proxy sets to the moderator's id "

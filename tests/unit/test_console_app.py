@@ -4,6 +4,7 @@ verdict topic would."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ from starlette.testclient import TestClient
 from console.app import create_app
 from console.board import Board
 from console.claims import Claims
+from console.commands import register
 from console.config import ConsoleSettings
 from console.feed import Feed
 from console.records import Verdict, now_ms, parse_review
+from moderator.config import Settings, settings_from_args
 from moderator.errors import ConfigError
 
 TOKENS = "alice:alice-token-1,bob:bob-token-22"
@@ -190,15 +193,28 @@ def test_a_proxy_header_names_the_moderator_when_configured(board: Board) -> Non
     assert board.first["m-1"].moderator_id == "carol@example.com"
 
 
-def test_settings_come_from_the_loops_and_the_consoles_variables(tmp_path: Path) -> None:
+def test_the_topics_are_the_moderators_settings_read_by_the_console_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    monkeypatch.setenv("MODERATOR_REVIEW_TOPIC", "r")
+    monkeypatch.setenv("MODERATOR_OUT_TOPIC", "d")
+    args = parser.parse_args(["console", "--verdict-topic", "v"])
+    settings = settings_from_args(args)
+    assert (settings.review_topic, settings.verdict_topic, settings.out_topic) == ("r", "v", "d")
+    assert Settings(review_topic="r").review_topic == settings.review_topic  # one definition
+
+
+def test_settings_come_from_the_consoles_variables(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("# moderators\ncarol carol-token-333\n\n")
     settings = ConsoleSettings.from_env({
-        "MODERATOR_REVIEW_TOPIC": "r", "MODERATOR_CONSOLE_PORT": "9000",
+        "MODERATOR_CONSOLE_PORT": "9000",
         "MODERATOR_CONSOLE_TOKENS": "alice:alice-token-1", "MODERATOR_CONSOLE_SECURE_COOKIES": "1",
         "MODERATOR_CONSOLE_TOKENS_FILE": str(tokens),
     }, port="9001")  # fmt: skip
-    assert (settings.review_topic, settings.port, settings.secure_cookies) == ("r", 9001, True)
+    assert (settings.port, settings.secure_cookies) == (9001, True)
     assert settings.logins() == {"alice-token-1": "alice", "carol-token-333": "carol"}
     with pytest.raises(ConfigError, match="MODERATOR_CONSOLE_PORT"):
         ConsoleSettings.from_env({"MODERATOR_CONSOLE_PORT": "http"})
