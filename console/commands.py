@@ -8,8 +8,7 @@ import importlib.util
 from typing import Any
 
 from moderator import loop
-from moderator.cli import KAFKA_CONNECTION, say
-from moderator.commandline import command, log_flags
+from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
 from moderator.config import Settings, add_setting_flags, settings_from_args
 from moderator.errors import ConfigError
 from moderator.redaction import protect
