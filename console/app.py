@@ -6,6 +6,14 @@ works without an identity. Every POST is checked against CSRF twice: its Origin 
 sends one) must be this site, and it must carry the session's CSRF token (a form field, or the
 X-CSRF-Token header of the page's own requests). The page builds every user text with
 `textContent` and the CSP allows no inline script, so a chat message is only ever text.
+
+A verdict waits out the undo grace period (`undo_grace_s`) in this console before it is
+produced: the item leaves this console's pages at once, other consoles show it as being decided
+(the verdict lock, console/claims.py), and an undo within the grace cancels it and puts the
+item back: nothing reaches the verdict topic, so the moderator's "first verdict decides" holds
+for what the moderator meant. A console stopped meanwhile sends what it holds back at once; one
+that dies sends nothing, and the lock lapses after the grace plus a margin: the item is back in
+every queue (the verdict lost, visibly, never applied half-way).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import hmac
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
@@ -32,7 +41,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from console.board import Board
-from console.claims import Claims
+from console.claims import PENDING_MARGIN_MS, Claims
 from console.config import ConsoleSettings, token_matches
 from console.feed import Feed
 from console.records import SCOPES, VERDICTS, Verdict, now_ms
@@ -70,6 +79,15 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+@dataclass
+class Pending:
+    """A verdict waiting out its undo grace period; `lock` is its record in the verdict lock."""
+
+    verdict: Verdict
+    lock: dict[str, Any]
+    task: asyncio.Task[None] | None = None
+
+
 class Console:
     """The app's state and handlers."""
 
@@ -79,6 +97,7 @@ class Console:
         self.board = board
         self.feed = feed
         self.claims = claims
+        self.pending: dict[str, Pending] = {}  # by message_id
 
     # -- identity and CSRF ---------------------------------------------------------------------
 
@@ -187,6 +206,8 @@ class Console:
 
     def _gone(self, message_id: str) -> Response | None:
         first = self.board.first.get(message_id)
+        if first is None and message_id in self.pending:
+            first = self.pending[message_id].verdict
         if first is not None:
             return JSONResponse(
                 {"error": "gone", "decided_by": first.moderator_id, "verdict": first.verdict},
@@ -224,33 +245,82 @@ class Console:
             if claim and claim["moderator_id"] != who and claim["until_ms"] > now_ms():
                 return JSONResponse({"error": "claimed", "claim": claim}, status_code=409)
             verdict = Verdict(message_id, checked[0], who, checked[1], checked[2], now_ms())
-            first = await self.claims.first_verdict(message_id, verdict.shown())
+            grace_ms = int(self.settings.undo_grace_s * 1000)
+            lock = {**verdict.shown(), "send_at_ms": verdict.at_ms + grace_ms}
+            first = await self.claims.first_verdict(
+                message_id, lock, ttl_ms=grace_ms + PENDING_MARGIN_MS
+            )
             if (first["moderator_id"], first["at_ms"]) != (who, verdict.at_ms):
                 first_by = {"decided_by": first["moderator_id"], "verdict": first["verdict"]}
                 return JSONResponse({"error": "gone", **first_by}, status_code=409)
-            return await self._send(verdict)
+            pending = self.pending[message_id] = Pending(verdict, lock)
+            if grace_ms <= 0:
+                return await self._release(pending)
+            self.board.hold_back(verdict)
+            pending.task = asyncio.create_task(self._after_grace(pending, grace_ms / 1000))
+            log.info("console: %s %s %s, sent in %s s unless undone", who, verdict.verdict,
+                     message_id, self.settings.undo_grace_s)  # fmt: skip
+            return JSONResponse({"pending": True, "verdict": verdict.shown(),
+                                 "send_at_ms": lock["send_at_ms"]})  # fmt: skip
 
         return await self._action(request, handle)
 
     async def undo(self, request: Request) -> Response:
         async def handle(who: str, body: dict[str, Any]) -> Response:
             message_id = body["message_id"]
-            checked = self._checked(body)
-            if isinstance(checked, Response):
-                return checked
-            first = self.board.first.get(message_id)
-            if first is None or first.moderator_id != who:
-                return JSONResponse({"error": "only the moderator who decided may undo, once "
-                                     "their verdict is on the topic"}, status_code=409)  # fmt: skip
-            verdict = Verdict(message_id, checked[0], who, checked[1], checked[2], now_ms())
-            if not self.board.is_correction(first, verdict):
-                return JSONResponse({"error": "the undo grace period is over"}, status_code=409)
-            if self.board.effective[message_id].verdict == verdict.verdict:
-                return JSONResponse({"error": "that is the verdict already"}, status_code=409)
-            await self.claims.correct(message_id, verdict.shown())
-            return await self._send(verdict)
+            pending = self.pending.get(message_id)
+            if pending is None or pending.verdict.moderator_id != who:
+                nothing = "nothing of yours to undo: the grace period is over, or it was not yours"
+                return JSONResponse({"error": nothing}, status_code=409)
+            del self.pending[message_id]
+            if pending.task is not None:
+                pending.task.cancel()
+            await self.claims.cancel(message_id, pending.lock)
+            self.board.put_back(message_id)
+            log.info("console: %s undid %s on %s", who, pending.verdict.verdict, message_id)
+            return JSONResponse({"undone": True, "verdict": pending.verdict.shown()})
 
         return await self._action(request, handle)
+
+    async def _after_grace(self, pending: Pending, grace_s: float) -> None:
+        await asyncio.sleep(grace_s)
+        await self._release(pending)
+
+    async def _release(self, pending: Pending) -> Response:
+        """The grace is over (or the console stops): produce the verdict, unless its lock lapsed
+        meanwhile (then the item waits again). Every page hears how it went (`sent`)."""
+        verdict = pending.verdict
+        if self.pending.get(verdict.message_id) is pending:
+            del self.pending[verdict.message_id]
+        if not await self.claims.confirm(verdict.message_id, pending.lock):
+            log.warning("console: the lock of %s on %s lapsed before it went out; not sent",
+                        verdict.moderator_id, verdict.message_id)  # fmt: skip
+            self.board.put_back(verdict.message_id)
+            return self._sent(verdict, "lapsed", 409)
+        try:
+            sent = await self.feed.send(verdict, self.settings.send_timeout_s)
+        except KafkaError as exc:
+            log.error("console: verdict on %s not sent: %r", verdict.message_id, exc)
+            await self.claims.cancel(verdict.message_id, pending.lock)
+            self.board.put_back(verdict.message_id)
+            return self._sent(verdict, f"not sent: {exc}", 503)
+        log.info("console: %s %s %s", verdict.moderator_id, verdict.verdict, verdict.message_id)
+        return self._sent(verdict, "sent" if sent else "queued", 200 if sent else 202)
+
+    def _sent(self, verdict: Verdict, outcome: str, code: int) -> Response:
+        self.board.tell("sent", {"outcome": outcome, "verdict": verdict.shown()})
+        return JSONResponse({"sent": code == 200, "queued": code == 202, "outcome": outcome,
+                             "verdict": verdict.shown()}, status_code=code)  # fmt: skip
+
+    async def flush(self) -> None:
+        """Stopping: send every verdict still in its grace period now, all at once (each waits
+        for the broker `send_timeout_s` at most; one it did not take yet stays queued in the
+        producer, which delivers what it can as it stops)."""
+        held_back = list(self.pending.values())
+        for pending in held_back:
+            if pending.task is not None:
+                pending.task.cancel()
+        await asyncio.gather(*(self._release(p) for p in held_back), return_exceptions=True)
 
     def _checked(self, body: dict[str, Any]) -> tuple[str, str | None, str] | Response:
         """(verdict, reason, scope) of a verdict post, or the 400 answer."""
@@ -261,19 +331,6 @@ class Console:
         if reason is not None and not isinstance(reason, str):
             return JSONResponse({"error": "reason: a string"}, status_code=400)
         return verdict, (reason or "").strip()[:500] or None, scope
-
-    async def _send(self, verdict: Verdict) -> Response:
-        try:
-            sent = await self.feed.send(verdict, self.settings.send_timeout_s)
-        except KafkaError as exc:
-            log.error("console: verdict on %s not sent: %r", verdict.message_id, exc)
-            return JSONResponse({"error": f"not sent: {exc}"}, status_code=503)
-        log.info("console: %s %s %s", verdict.moderator_id, verdict.verdict, verdict.message_id)
-        if sent:
-            return JSONResponse({"sent": True, "verdict": verdict.shown()})
-        return JSONResponse(
-            {"sent": False, "queued": True, "verdict": verdict.shown()}, status_code=202
-        )
 
     # -- background ----------------------------------------------------------------------------
 
@@ -300,6 +357,7 @@ def create_app(settings: ConsoleSettings, board: Board, feed: Feed, claims: Clai
             yield
         finally:
             ticker.cancel()
+            await console.flush()
             await feed.stop()
             await claims.close()
 

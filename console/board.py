@@ -5,10 +5,10 @@ event, so every open page sees it at once.
 
 A held message leaves the queue when its first verdict is read from the verdict topic, when a final
 decision for it is read from the decision topic (a verdict applied, or the review timed out), or
-when its `expires_at_ms` passes (the moderator then applies the policy's fallback). A second
-verdict from the moderator who decided, within the undo grace period, is a correction: the page
-shows the new verdict as the one in effect. Any other later verdict is shown as late (the
-moderator counts it and changes only the override).
+when its `expires_at_ms` passes (the moderator then applies the policy's fallback). A verdict this
+console holds back for its undo grace period (console/app.py) takes the item off this console's
+pages at once (`hold_back`); an undo puts it back (`put_back`). Any verdict after the first is
+shown as late (the moderator counts it and changes only the override).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Board:
         self.clock = clock
         self.items: dict[str, dict[str, Any]] = {}  # held and undecided, by message_id
         self.first: dict[str, Verdict] = {}  # the verdict that decided each message
-        self.effective: dict[str, Verdict] = {}  # the first, or its correction within the grace
+        self.held_back: dict[str, dict[str, Any]] = {}  # items whose verdict waits out its grace
         self.labels: dict[str, str] = {}  # the label that held each message seen on the topic
         self.finals: set[str] = set()  # messages with a final decision on the decision topic
         self.claims: dict[str, dict[str, Any]] = {}  # message_id -> {moderator_id, until_ms}
@@ -53,13 +53,17 @@ class Board:
         for listener in list(self.listeners):
             listener(event, data)
 
+    def tell(self, event: str, data: dict[str, Any]) -> None:
+        """An event for every page that changes nothing here (how a held-back verdict went)."""
+        self._emit(event, data)
+
     # -- the topics ----------------------------------------------------------------------------
 
     def add_review(self, item: dict[str, Any]) -> None:
         message_id = item["message_id"]
         self.labels[message_id] = item["label"]
         if message_id in self.first:  # its verdict was read first (another topic, another pace)
-            self._count(message_id, None, self.effective[message_id])
+            self._count(message_id, self.first[message_id])
             return
         if message_id in self.finals or message_id in self.items:
             return
@@ -74,13 +78,10 @@ class Board:
         first = self.first.get(message_id)
         if first is None:
             kind = "decided"
-            self.first[message_id] = self.effective[message_id] = verdict
-            self._count(message_id, None, verdict)
+            self.first[message_id] = verdict
+            self.held_back.pop(message_id, None)
+            self._count(message_id, verdict)
             self._gone(message_id, verdict=verdict.shown())
-        elif self.is_correction(first, verdict):
-            kind = "corrected"
-            self._count(message_id, self.effective[message_id], verdict)
-            self.effective[message_id] = verdict
         else:
             kind = "late"
         entry = {
@@ -92,12 +93,19 @@ class Board:
         self.history.append(entry)
         self._emit("verdict", entry)
 
-    def is_correction(self, first: Verdict, verdict: Verdict) -> bool:
-        """A second verdict by the moderator who decided, within the undo grace period."""
-        return (
-            verdict.moderator_id == first.moderator_id
-            and 0 <= verdict.at_ms - first.at_ms <= self.undo_grace_ms
-        )
+    def hold_back(self, verdict: Verdict) -> None:
+        """`verdict` waits out its undo grace here: its item leaves this console's pages now."""
+        item = self.items.get(verdict.message_id)
+        if item is not None:
+            self.held_back[verdict.message_id] = item
+            self._gone(verdict.message_id, pending=verdict.shown())
+
+    def put_back(self, message_id: str) -> None:
+        """The held-back verdict was undone (or could not go out): the item waits again, unless
+        it was decided or expired meanwhile."""
+        item = self.held_back.pop(message_id, None)
+        if item is not None:
+            self.add_review(item)
 
     def add_decision(self, decision: Decision) -> None:
         minute = decision.at_ms - decision.at_ms % MINUTE_MS
@@ -109,17 +117,15 @@ class Board:
                 self.flagged.setdefault(minute, Counter())[decision.channel_id] += 1
         if decision.final:
             self.finals.add(decision.message_id)
+            self.held_back.pop(decision.message_id, None)
             if decision.message_id in self.items:
                 self._gone(decision.message_id, final={"action": decision.action,
                                                        "reason": decision.reason})  # fmt: skip
 
-    def _count(self, message_id: str, old: Verdict | None, new: Verdict) -> None:
+    def _count(self, message_id: str, verdict: Verdict) -> None:
         label = self.labels.get(message_id)
-        if label is None:  # counted when its review record arrives
-            return
-        if old is not None:
-            self.agreement[(label, old.verdict)] -= 1
-        self.agreement[(label, new.verdict)] += 1
+        if label is not None:  # else counted when its review record arrives
+            self.agreement[(label, verdict.verdict)] += 1
 
     def _gone(self, message_id: str, **why: Any) -> None:
         self.items.pop(message_id, None)

@@ -8,7 +8,11 @@ its consumer group the same way).
 - `<prefix>claim:<message_id>`: `{"moderator_id", "until_ms"}` for the claim TTL.
 - `<prefix>verdict:<message_id>`: the verdict this console side let through first
   (SET NX), so two moderators on two consoles cannot both decide an item; the second is told who
-  was first. It outlives any review timeout (a day).
+  was first. While the verdict waits out its undo grace period in the console that took it, the
+  lock lasts the grace plus `PENDING_MARGIN_MS`: an undo deletes it (the item is free again), and
+  a console that dies meanwhile lets it lapse, so the item returns to every queue rather than
+  stay locked by a verdict that never went out. Confirmed as the verdict is produced, it lasts a
+  day (it outlives any review timeout).
 
 Redis unreachable: one warning, then both live in this process only (one console still works;
 several may then both decide an item, and the moderator applies the first verdict it reads), and
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "moderator:console:"  # then the verdict topic
 LOCK_TTL_MS = 86_400_000
+PENDING_MARGIN_MS = 30_000  # a pending lock outlives its grace by this: the send's own time
 RETRY_S = 5.0
 TIMEOUT_S = 0.5
 
@@ -38,6 +43,14 @@ local held = redis.call('GET', KEYS[1])
 if held and cjson.decode(held)['moderator_id'] ~= ARGV[1] then return held end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return ARGV[2]
+"""
+# Extend (ARGV[2] ms) or drop (ARGV[2] = 0) the verdict lock only if it is still the caller's
+# record ARGV[1]; 1 if it was.
+LOCKED = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else redis.call('DEL', KEYS[1]) end
+return 1
 """
 # Drop the claim only if it is the caller's.
 RELEASE = """
@@ -113,25 +126,38 @@ class Claims:
             del self._claims[message_id]
 
     async def held(self, message_ids: list[str]) -> dict[str, dict[str, Any]] | None:
-        """The live claims on `message_ids`; None when the shared store cannot say."""
+        """The live claims on `message_ids`, a verdict lock counting as its moderator's claim
+        (`deciding`: the verdict); None when the shared store cannot say."""
         if not message_ids:
             return {}
         if self.redis is not None and self.shared:
+            keys = [self.prefix + kind + m for kind in ("claim:", "verdict:") for m in message_ids]
             try:
-                values = await self.redis.mget([self.prefix + "claim:" + m for m in message_ids])
+                values = await self.redis.mget(keys)
                 self._ok()
-                return {m: orjson.loads(v) for m, v in zip(message_ids, values, strict=True) if v}
             except (RedisError, OSError) as exc:
                 self._failed(exc)
-        return {m: c for m, c in self._claims.items() if m in message_ids and _live(c)}
+            else:
+                claims, locks = values[: len(message_ids)], values[len(message_ids) :]
+                found = {m: orjson.loads(v) for m, v in zip(message_ids, claims, strict=True) if v}
+                for m, lock in zip(message_ids, locks, strict=True):
+                    if lock:
+                        found[m] = _deciding(orjson.loads(lock))
+                return found
+        found = {m: c for m, c in self._claims.items() if m in message_ids and _live(c)}
+        found.update({m: _deciding(self._locks[m]) for m in message_ids if m in self._locks})
+        return found
 
-    async def first_verdict(self, message_id: str, record: dict[str, Any]) -> dict[str, Any]:
-        """Record `record` as `message_id`'s verdict unless one was recorded first; the first."""
+    async def first_verdict(
+        self, message_id: str, record: dict[str, Any], *, ttl_ms: int = LOCK_TTL_MS
+    ) -> dict[str, Any]:
+        """Record `record` as `message_id`'s verdict for `ttl_ms` unless one was recorded first;
+        the first."""
         if self.redis is not None and self.shared:
             key = self.prefix + "verdict:" + message_id
             try:
                 value = orjson.dumps(record)
-                if await self.redis.set(key, value, nx=True, px=LOCK_TTL_MS):
+                if await self.redis.set(key, value, nx=True, px=ttl_ms):
                     self._ok()
                     return record
                 first = await self.redis.get(key)
@@ -142,17 +168,37 @@ class Claims:
                 self._failed(exc)
         return self._locks.setdefault(message_id, record)
 
-    async def correct(self, message_id: str, record: dict[str, Any]) -> None:
-        """Replace the recorded verdict (an undo by its moderator, checked by the caller)."""
-        self._locks[message_id] = record
+    async def confirm(self, message_id: str, record: dict[str, Any]) -> bool:
+        """Make `record`'s lock last a day (its verdict goes out); False if it is no longer
+        `record`'s (it lapsed, and maybe another moderator's verdict took its place)."""
+        return await self._locked(message_id, record, LOCK_TTL_MS)
+
+    async def cancel(self, message_id: str, record: dict[str, Any]) -> bool:
+        """Drop `record`'s lock (an undo): the item is free again. False if it was not held."""
+        return await self._locked(message_id, record, 0)
+
+    async def _locked(self, message_id: str, record: dict[str, Any], ttl_ms: int) -> bool:
+        mine = self._locks.get(message_id) == record
+        if not ttl_ms and mine:
+            del self._locks[message_id]
         if self.redis is not None and self.shared:
+            key, value = self.prefix + "verdict:" + message_id, orjson.dumps(record)
             try:
-                await self.redis.set(
-                    self.prefix + "verdict:" + message_id, orjson.dumps(record), px=LOCK_TTL_MS
-                )
+                done = await self.redis.eval(LOCKED, 1, key, value, ttl_ms)
                 self._ok()
+                return bool(done)
             except (RedisError, OSError) as exc:
                 self._failed(exc)
+        return mine or self.redis is not None  # Redis away: this console's word stands
+
+
+def _deciding(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A verdict lock shown as its moderator's claim, until the verdict is due to go out."""
+    return {
+        "moderator_id": verdict["moderator_id"],
+        "until_ms": verdict.get("send_at_ms", 0),
+        "deciding": verdict,
+    }
 
 
 def _live(claim: dict[str, Any]) -> bool:

@@ -25,7 +25,7 @@ class ConsoleSettings:
     identity_header: str = ""
     secret: str = ""
     secure_cookies: bool = False
-    undo_grace_s: float = 30.0
+    undo_grace_s: float = 10.0
     claim_ttl_s: float = 300.0
     overview_minutes: int = 15
     send_timeout_s: float = 5.0
@@ -107,10 +107,11 @@ HELP = {
     "secret": "key signing the session cookies (random per process if unset: sessions end "
     "with it, and several replicas need the same one)",
     "secure_cookies": "mark cookies Secure (served over HTTPS)",
-    "undo_grace_s": "seconds a moderator may correct their own verdict",
+    "undo_grace_s": "seconds a verdict waits in the console before it is produced, during "
+    "which its moderator may undo it (0: produced at once, no undo)",
     "claim_ttl_s": "seconds a claim lasts unless renewed",
     "overview_minutes": "minutes of decisions the overview covers",
-    "send_timeout_s": "seconds a verdict post waits for the broker before answering 'queued'",
+    "send_timeout_s": "seconds a verdict waits for the broker before the page is told 'queued'",
 }
 
 

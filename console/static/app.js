@@ -6,7 +6,7 @@ const VERDICTS = ["allow", "nudge", "block"];
 const KEYS = { a: "allow", n: "nudge", b: "block" };
 const state = {
   me: null, csrf: null, items: new Map(), claims: new Map(), history: [], status: {},
-  overview: null, grace: 30000, selected: null, stream: "connecting", lastOwn: null,
+  overview: null, grace: 10000, selected: null, stream: "connecting", lastOwn: null,
 };
 
 function el(tag, cls, text) {
@@ -120,7 +120,9 @@ function card(item) {
 function showClaim(li, claim) {
   const span = li.querySelector(".claim");
   const mine = claim && claim.moderator_id === state.me;
-  span.textContent = claim ? (mine ? "claimed by you" : `${claim.moderator_id} is on it`) : "";
+  span.textContent = !claim ? "" : claim.deciding
+    ? `${claim.moderator_id} is deciding (${claim.deciding.verdict}, within the undo grace)`
+    : mine ? "claimed by you" : `${claim.moderator_id} is on it`;
   li.classList.toggle("claimed-other", Boolean(claim) && !mine);
   li.classList.toggle("claimed-mine", Boolean(mine));
   li.querySelector(".claim-button").textContent = mine ? "Release" : "Claim";
@@ -146,8 +148,9 @@ function removeItem(id, why) {
     li.remove();
   }
   if (state.selected === id) state.selected = null;
-  if (why && why.verdict && why.verdict.moderator_id !== state.me && li) {
-    toast(`${why.verdict.moderator_id} decided ${id}: ${why.verdict.verdict}`, "info");
+  const by = why && (why.verdict || why.pending);
+  if (by && by.moderator_id !== state.me && li) {
+    toast(`${by.moderator_id} ${why.pending ? "is deciding" : "decided"} ${id}: ${by.verdict}`, "info");
   }
   refresh();
 }
@@ -231,13 +234,14 @@ async function decide(id, verdict) {
   for (const button of li.querySelectorAll("button.verdict")) button.disabled = true;
   const { status, data } = await post("/api/verdict", { message_id: id, verdict, reason, scope });
   for (const button of li.querySelectorAll("button.verdict")) button.disabled = false;
-  if (status === 200 || status === 202) {
-    li.classList.add("sent");
-    if (status === 202) toast(`The broker is not answering: your ${verdict} on ${id} goes out when it is back`, "warn");
+  if (status === 200 && data.pending) {
     state.lastOwn = { id, verdict, at: Date.now() };
-    offerUndo(id, verdict);
+    offerUndo(id, verdict, data.send_at_ms);
+  } else if (status === 200 || status === 202) {
+    sent({ outcome: status === 200 ? "sent" : "queued", verdict: data.verdict });
   } else if (status === 409 && data.error === "claimed") {
-    toast(`${data.claim.moderator_id} is on it: claim it when they let go`, "warn");
+    const doing = data.claim.deciding ? "is deciding it" : "is on it: claim it when they let go";
+    toast(`${data.claim.moderator_id} ${doing}`, "warn");
   } else if (status === 409 || status === 404) {
     gone(id, data);
   } else {
@@ -245,16 +249,31 @@ async function decide(id, verdict) {
   }
 }
 
-function offerUndo(id, verdict) {
-  const others = VERDICTS.filter((v) => v !== verdict);
-  toast(`You: ${verdict} on ${id}. Undo →`, "undo",
-    others.map((v) => [v, () => undo(id, v)]));
+// A verdict waits in the console for the grace period: until then Undo cancels it (nothing
+// reaches the verdict topic) and the item is back in the queue.
+function offerUndo(id, verdict, sendAtMs) {
+  const seconds = Math.max(0, Math.round((sendAtMs - Date.now()) / 1000));
+  const box = toast(`You: ${verdict} on ${id}, sent in ${seconds} s`, "undo",
+    [["Undo", () => undo(id)]]);
+  box.dataset.messageId = id;
 }
 
-async function undo(id, verdict) {
-  const { status, data } = await post("/api/undo", { message_id: id, verdict });
-  if (status === 200 || status === 202) toast(`${id} changed to ${verdict}`, "info");
+async function undo(id) {
+  const { status, data } = await post("/api/undo", { message_id: id });
+  if (status === 200) toast(`${data.verdict.verdict} on ${id} undone: it is back in the queue`, "info");
   else toast(`undo refused: ${data.error || status}`, "error");
+}
+
+// How a verdict went once its grace was over (every page hears it; its moderator is told).
+function sent({ outcome, verdict }) {
+  if (verdict.moderator_id !== state.me) return;
+  const id = verdict.message_id;
+  for (const box of document.querySelectorAll("#toasts .undo")) {
+    if (box.dataset.messageId === id) box.remove();
+  }
+  if (outcome === "queued") toast(`The broker is not answering: your ${verdict.verdict} on ${id} goes out when it is back`, "warn");
+  else if (outcome === "lapsed") toast(`Your ${verdict.verdict} on ${id} was not sent: its lock lapsed; it is back in the queue`, "error");
+  else if (outcome !== "sent") toast(`Your ${verdict.verdict} on ${id}: ${outcome}; it is back in the queue`, "error");
 }
 
 // -- history and overview ----------------------------------------------------------------------
@@ -263,7 +282,7 @@ function addHistory(entry) {
   state.history.push(entry);
   const row = el("tr", `kind-${entry.kind}`);
   const verdict = entry.kind === "decided" ? entry.verdict
-    : entry.kind === "corrected" ? `${entry.verdict} (undo)` : `${entry.verdict} (late; ${entry.decided_by} was first)`;
+    : `${entry.verdict} (late; ${entry.decided_by} was first)`;
   row.append(el("td", "", clock(entry.at_ms)), el("td", "", entry.moderator_id),
     el("td", "", entry.message_id), el("td", `verdict-${entry.verdict}`, verdict),
     el("td", "", entry.reason || ""));
@@ -353,6 +372,7 @@ function connect() {
     if (li) showClaim(li, claim);
   });
   on("verdict", addHistory);
+  on("sent", sent);
   on("status", (s) => { state.status = s; showStatus(); });
   on("overview", (o) => { showOverview(o); refresh(); });
   source.onopen = () => { state.stream = "open"; showStatus(); };

@@ -71,16 +71,17 @@ def _environment(tmp: Path) -> dict[str, str]:
 
 @contextmanager
 def console_process(
-    bootstrap: str, redis_url: str, topics: Topics, tmp: Path, *extra: str
+    bootstrap: str, redis_url: str, topics: Topics, tmp: Path, *extra: str, grace_s: float = 1.0
 ) -> Iterator[str]:
-    """`moderator console` on a free port; its base URL once it answers."""
+    """`moderator console` on a free port; its base URL once it answers. Its verdicts go out
+    `grace_s` after the click (the undo grace period): short, unless a test undoes one."""
     port = free_port()
     log = (tmp / f"console-{port}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "moderator", "console", "--port", str(port),
          "--kafka-bootstrap", bootstrap, "--redis-url", redis_url,
          "--review-topic", topics.review, "--verdict-topic", topics.verdicts,
-         "--out-topic", topics.decisions, "--undo-grace-s", "300", *extra],
+         "--out-topic", topics.decisions, "--undo-grace-s", str(grace_s), *extra],
         env={**_environment(tmp), "MODERATOR_CONSOLE_TOKENS":
              ",".join(f"{who}:{token}" for who, token in TOKENS.items())},
         stdout=log, stderr=subprocess.STDOUT,

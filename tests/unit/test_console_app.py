@@ -5,6 +5,7 @@ verdict topic would."""
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,12 @@ class TopicFeed(Feed):
         self.sent: list[Verdict] = []
         self.echo = echo
 
+    async def start(self) -> None:
+        pass  # no broker to follow
+
+    async def stop(self) -> None:
+        pass
+
     async def send(self, verdict: Verdict, timeout_s: float) -> bool:
         self.sent.append(verdict)
         if self.echo:
@@ -54,8 +61,9 @@ def app(board: Board, feed: Feed | None = None, **settings: Any) -> TestClient:
 
 
 def two(board: Board, feed: Feed | None = None, **settings: Any) -> tuple[TestClient, TestClient]:
-    """Two browsers (cookie jars) on one console."""
-    console = ConsoleSettings(**{"tokens": TOKENS, **settings})
+    """Two browsers (cookie jars) on one console; its verdicts go out at once unless a grace is
+    given (`undo_grace_s`; then use the clients in `with`, so the app's event loop runs on)."""
+    console = ConsoleSettings(**{"tokens": TOKENS, "undo_grace_s": 0, **settings})
     served = create_app(
         console, board, feed or TopicFeed(board), Claims("", 60, verdict_topic="chat.verdicts")
     )
@@ -157,25 +165,51 @@ def test_a_claimed_item_is_the_claimers_to_decide(board: Board) -> None:
     assert act(bob, b, "/api/verdict", message_id="m-2", verdict="allow").status_code == 200
 
 
-def test_undo_is_a_second_verdict_of_the_decider_within_the_grace_period(board: Board) -> None:
+def test_a_verdict_waits_out_the_grace_in_the_console_and_an_undo_cancels_it(
+    board: Board,
+) -> None:
     feed = TopicFeed(board)
-    alice, bob = two(board, feed)
-    a, b = logged_in(alice, "alice-token-1"), logged_in(bob, "bob-token-22")
-    assert act(alice, a, "/api/verdict", message_id="m-1", verdict="block").status_code == 200
-    assert act(bob, b, "/api/undo", message_id="m-1", verdict="allow").status_code == 409
-    assert act(alice, a, "/api/undo", message_id="m-1", verdict="block").status_code == 409
-    assert act(alice, a, "/api/undo", message_id="m-1", verdict="nudge").status_code == 200
-    assert [(v.verdict, v.moderator_id) for v in feed.sent] == [
-        ("block", "alice"),
-        ("nudge", "alice"),
-    ]
-    assert board.effective["m-1"].verdict == "nudge"
-    late = Board(undo_grace_s=0, overview_minutes=15)
-    late.add_verdict(Verdict("m-9", "block", "alice", None, "global", now_ms() - 1000))
-    client = app(late)
-    csrf = logged_in(client, "alice-token-1")
-    refused = act(client, csrf, "/api/undo", message_id="m-9", verdict="allow")
-    assert refused.json()["error"] == "the undo grace period is over"
+    alice, bob = two(board, feed, undo_grace_s=3600)  # the grace never runs out in this test
+    with alice, bob:
+        a, b = logged_in(alice, "alice-token-1"), logged_in(bob, "bob-token-22")
+        held = act(alice, a, "/api/verdict", message_id="m-1", verdict="block")
+        assert (held.status_code, held.json()["pending"]) == (200, True)
+        assert "m-1" not in board.items  # off this console's pages at once
+        assert feed.sent == []  # and not on the topic
+        late = act(bob, b, "/api/verdict", message_id="m-1", verdict="allow")
+        assert (late.status_code, late.json()["decided_by"]) == (409, "alice")
+        assert act(bob, b, "/api/undo", message_id="m-1").status_code == 409  # not bob's
+        undone = act(alice, a, "/api/undo", message_id="m-1")
+        assert undone.status_code == 200
+        assert "m-1" in board.items  # waiting again
+        assert act(alice, a, "/api/undo", message_id="m-1").status_code == 409  # once
+        # The lock went with the undo: bob may decide it now.
+        assert act(bob, b, "/api/verdict", message_id="m-1", verdict="nudge").status_code == 200
+        assert feed.sent == []
+    # The console stopped within bob's grace: what it held back went out, alice's never.
+    assert [(v.moderator_id, v.verdict) for v in feed.sent] == [("bob", "nudge")]
+    assert board.first["m-1"].moderator_id == "bob"
+
+
+def test_a_verdict_goes_out_once_its_grace_is_over_and_then_cannot_be_undone(
+    board: Board,
+) -> None:
+    feed = TopicFeed(board)
+    client = app(board, feed, undo_grace_s=0.01)
+    with client:
+        csrf = logged_in(client, "alice-token-1")
+        assert act(client, csrf, "/api/verdict", message_id="m-2", verdict="allow").json()[
+            "pending"
+        ]
+        deadline = time.monotonic() + 30
+        while not feed.sent:
+            assert time.monotonic() < deadline, "the verdict never went out"
+            time.sleep(0.01)
+        assert [(v.message_id, v.verdict) for v in feed.sent] == [("m-2", "allow")]
+        refused = act(client, csrf, "/api/undo", message_id="m-2")
+        assert refused.status_code == 409
+        assert "grace period is over" in refused.json()["error"]
+        assert "m-2" not in board.items
 
 
 def test_a_proxy_header_names_the_moderator_when_configured(board: Board) -> None:

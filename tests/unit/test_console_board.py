@@ -55,22 +55,34 @@ def test_a_verdict_read_before_its_review_record_keeps_it_off_the_queue(board: A
     ]
 
 
-def test_a_second_verdict_is_a_correction_only_from_the_decider_within_the_grace(
-    board: Any,
-) -> None:
+def test_every_verdict_after_the_first_is_late_and_the_first_counts(board: Any) -> None:
     b, _ = board
     b.add_review(review("m-1"))
     b.add_verdict(verdict("m-1", "block"))
     b.add_verdict(verdict("m-1", "allow", who="bob", at=NOW + 1000))
-    assert b.effective["m-1"].verdict == "block"
-    assert b.history[-1]["kind"] == "late"
-    b.add_verdict(verdict("m-1", "nudge", at=NOW + 29_000))
-    assert b.effective["m-1"].verdict == "nudge"
-    assert b.history[-1]["kind"] == "corrected"
-    b.add_verdict(verdict("m-1", "allow", at=NOW + 31_000))
-    assert b.effective["m-1"].verdict == "nudge"  # past the grace: late
+    b.add_verdict(verdict("m-1", "nudge", at=NOW + 2000))  # its own decider's too: the topic's
+    assert b.first["m-1"].verdict == "block"
+    assert [e["kind"] for e in b.history] == ["decided", "late", "late"]
     row = b.overview()["agreement"][0]
-    assert (row["block"], row["nudge"], row["allow"], row["decided"]) == (0, 1, 0, 1)
+    assert (row["block"], row["nudge"], row["allow"], row["decided"]) == (1, 0, 0, 1)
+
+
+def test_a_held_back_verdict_takes_its_item_off_until_it_is_undone_or_read(board: Any) -> None:
+    b, events = board
+    for message_id in ("m-1", "m-2"):
+        b.add_review(review(message_id))
+    b.hold_back(verdict("m-1"))
+    b.hold_back(verdict("m-2"))
+    assert b.items == {}
+    assert [data.get("pending", {}).get("moderator_id") for name, data in events
+            if name == "gone"] == ["alice", "alice"]  # fmt: skip
+    b.put_back("m-1")  # undone: waiting again, on every page
+    assert list(b.items) == ["m-1"]
+    assert events[-1] == ("held", b.items["m-1"])
+    b.add_verdict(verdict("m-2"))  # read back from the topic: decided, nothing to put back
+    b.put_back("m-2")
+    assert list(b.items) == ["m-1"]
+    assert b.history[-1]["kind"] == "decided"
 
 
 def test_expired_and_finally_decided_items_leave_the_queue(board: Any) -> None:
