@@ -43,7 +43,7 @@ from moderator.records import (
     encode_decision,
     parse_message,
 )
-from moderator.review import Review
+from moderator.review import Review, Turn
 from moderator.users import Escalated, Escalation
 from moderator.verdicts import Judged, Reader, Screened, judge, screen
 
@@ -117,7 +117,16 @@ class Pipeline:
             self.cache.put_many([(key, future.result().scores)])
 
     async def process(self, records: Sequence[InboundRecord]) -> list[Outcome]:
-        """Outcomes for `records`, in the same order."""
+        """Outcomes for `records`, in the same order. Batches run concurrently; their review
+        steps in the order they started (moderator/review.py `Turn`)."""
+        turn = self.review.turn() if self.review is not None else None
+        try:
+            return await self._process(records, turn)
+        finally:
+            if turn is not None:
+                turn.finish()  # a batch that failed before its review step lets the next go
+
+    async def _process(self, records: Sequence[InboundRecord], turn: Turn | None) -> list[Outcome]:
         fetched = time.perf_counter()
         slots: list[Outcome | _Message] = []
         for record in records:  # validate
@@ -191,7 +200,7 @@ class Pipeline:
         outcomes = [_outcome(m, u) for m, u in zip(messages, users, strict=True)]
         if self.review is not None and messages:  # every review decision held, with context
             held = [(m.chat, m.policy, o) for m, o in zip(messages, outcomes, strict=True)]
-            outcomes = await self.review.after_decisions(held)
+            outcomes = await self.review.after_decisions(held, turn)
         ordered = iter(outcomes)
         return [slot if isinstance(slot, Outcome) else next(ordered) for slot in slots]
 

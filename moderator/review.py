@@ -11,6 +11,12 @@ channel, taken newest first up to `review_context` messages and `review_context_
 text, given oldest first. Redis down or slow: the review record goes out all the same, its
 context empty and `context_missing` true (moderator/held.py keeps the held message here).
 
+Batches are decided concurrently, and a short batch may finish scoring before a longer one
+fetched earlier: the review steps (`after_decisions`) still run one at a time in fetch order
+(`turn`, taken as a batch starts), or a held message's context would miss a message of its
+channel still being scored in an earlier batch. It costs little: a batch is published only after
+every earlier one anyway (moderator/service.py), and a review step is one Redis round trip.
+
 The pipeline calls `after_decisions` once per batch (moderator/pipeline.py); the publisher
 sends a decision's review record right after it, and the input offset is committed only once
 both are acknowledged (moderator/publisher.py).
@@ -18,9 +24,10 @@ both are acknowledged (moderator/publisher.py).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -130,6 +137,24 @@ def encode_review(held: Held, context: list[dict[str, Any]], *, context_missing:
     return orjson.dumps({**record, "context": context, "context_missing": context_missing})
 
 
+class Turn(NamedTuple):
+    """A batch's place among the review steps: it waits for `after` (the batch fetched before
+    it, None for the first) and ends with `done`, which `finish` sets however the batch ends."""
+
+    after: asyncio.Future[None] | None
+    done: asyncio.Future[None]
+
+    async def wait(self) -> None:
+        if self.after is not None:
+            await asyncio.wait(
+                {self.after}
+            )  # never cancels it: a later batch's cancel stays its own
+
+    def finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
 class Review:
     """The pipeline's hook after deciding: context rings, held messages, review records."""
 
@@ -145,12 +170,32 @@ class Review:
         self.store = store
         self.context = context
         self.context_bytes = context_bytes
+        self._last: asyncio.Future[None] | None = None  # the latest batch's turn's end
         metrics.precreate_verdicts(labels)
 
+    def turn(self) -> Turn:
+        """The next batch's turn; take it in fetch order (a batch's first step: asyncio starts
+        tasks in the order they were made) and `finish` it however the batch ends."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        turn, self._last = Turn(self._last, done), done
+        return turn
+
     async def after_decisions(
+        self, decided: Sequence[tuple[ChatMessage, Policy, Outcome]], turn: Turn | None = None
+    ) -> list[Outcome]:
+        """`decided`'s outcomes, each `review` decision's with its review record; after the
+        review steps of the batches fetched before it (`turn`), which it then finishes."""
+        if turn is not None:
+            await turn.wait()
+        try:
+            return await self._after_decisions(decided)
+        finally:
+            if turn is not None:
+                turn.finish()
+
+    async def _after_decisions(
         self, decided: Sequence[tuple[ChatMessage, Policy, Outcome]]
     ) -> list[Outcome]:
-        """`decided`'s outcomes, each `review` decision's with its review record."""
         outcomes = [outcome for _, _, outcome in decided]
         now_ms = int(time.time() * 1000)
         pushes: dict[str, list[bytes]] = {}

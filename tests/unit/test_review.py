@@ -3,6 +3,7 @@ final decisions as their schemas say, a policy's review settings, the held-messa
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -15,7 +16,14 @@ from moderator.held import FINAL_KEEP_S, HeldStore, RedisUnavailable
 from moderator.metrics import Metrics
 from moderator.policy import Policy, read_spec
 from moderator.records import ChatMessage, Outcome, Verdict, parse_verdict
-from moderator.review import encode_review, held_message, hold_label, ring_entry, select_context
+from moderator.review import (
+    Review,
+    encode_review,
+    held_message,
+    hold_label,
+    ring_entry,
+    select_context,
+)
 from moderator.review_rules import DEFAULT, review_rules
 from tests.contract import check_decision, check_review, validator
 
@@ -184,3 +192,34 @@ async def test_without_redis_what_was_decided_is_forgotten_as_redis_would_forget
     assert (await store.apply("m-1", "v/0/2")).status == "late", "kept a while"
     await store.claim_due(now_ms + FINAL_KEEP_S * 1000 + 1000)
     assert (await store.apply("m-1", "v/0/3")).status == "not_held", "then forgotten"
+
+
+class RecordingStore:
+    """A held store that notes which channels' rings each review step pushed, in order."""
+
+    def __init__(self) -> None:
+        self.pushed: list[list[str]] = []
+
+    async def hold(self, held: Any, pushes: Any, reads: Any, **_: Any) -> dict[str, list[bytes]]:
+        self.pushed.append(sorted(pushes))
+        return {}
+
+
+def one_decided(channel_id: str) -> list[tuple[ChatMessage, Any, Outcome]]:
+    chat = ChatMessage(f"m-{channel_id}", channel_id, "u-1", "hi", 1)
+    return [(chat, None, Outcome(None, b"{}", [], action="allow"))]
+
+
+async def test_review_steps_run_in_fetch_order_whichever_batch_is_scored_first() -> None:
+    store = RecordingStore()
+    review = Review(store, Metrics(), context=5, context_bytes=4096, labels=())  # type: ignore[arg-type]
+    first, second, third, fourth = (review.turn() for _ in range(4))
+    later = asyncio.create_task(review.after_decisions(one_decided("b"), second))
+    await asyncio.sleep(0.01)
+    assert store.pushed == []  # the second batch, scored first, waits for the first
+    await review.after_decisions(one_decided("a"), first)
+    await later
+    assert store.pushed == [["a"], ["b"]]
+    third.finish()  # a batch that failed before its review step does not hold the next one up
+    await asyncio.wait_for(review.after_decisions(one_decided("c"), fourth), 30)
+    assert store.pushed == [["a"], ["b"], ["c"]]
