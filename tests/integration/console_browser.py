@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
@@ -209,15 +209,18 @@ def produce(
 def read_until(
     bootstrap: str, topic: str, done: Callable[[list[dict[str, Any]]], bool]
 ) -> list[dict[str, Any]]:
-    """`topic`'s records from the beginning (JSON) until `done` holds, with confluent-kafka."""
+    """`topic`'s records from the beginning (JSON) until `done` holds, with confluent-kafka:
+    every partition assigned, no group to join (a join costs the broker's rebalance delay, which
+    once took most of the deadline on a busy machine)."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"console-test-{uuid.uuid4().hex[:8]}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "enable.auto.commit": False,
     })  # fmt: skip
-    consumer.subscribe([topic])
     seen: list[dict[str, Any]] = []
     try:
         deadline = time.monotonic() + WAIT_S
+        partitions = consumer.list_topics(topic, timeout=WAIT_S).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
         while not done(seen):
             assert time.monotonic() < deadline, f"{topic}: only {seen} within {WAIT_S} s"
             message = consumer.poll(0.2)
