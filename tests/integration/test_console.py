@@ -130,13 +130,14 @@ def test_a_held_message_appears_live_a_click_sends_the_verdict_and_it_leaves_eve
         for page in (alice, bob):
             wait_for(page, lambda b: card(b, "m-held") is None, "the decided item leaves")
             assert card(page, "m-older") is not None
-        screenshot(bob, "console-overview.png")
-        # The overview counts the decision topic: per action this minute, flagged per channel.
+        # The overview counts the decision topic: per action this minute, flagged per channel;
+        # and the verdicts, once read back from their topic (the item left at the click).
         overview = wait_for(bob, lambda b: (t := b.find_element(By.ID, "overview").text)
-                            and "speedrun 3" in t and t)  # fmt: skip
+                            and "speedrun 3" in t and "threat 1" in t and t)  # fmt: skip
         assert "lobby 2" in overview
         assert "allow nudge review block final" in overview
         assert "threat 1 0 0 1 0%" in overview  # model vs human: the held threat, blocked
+        screenshot(bob, "console-overview.png")
         # A final decision for the other one (its review timed out) takes it off the queue.
         produce(kafka.bootstrap, topics.decisions, [{**decisions[0], "message_id": "m-older",
                 "action": "allow", "reason": "review_timeout", "final": True}])  # fmt: skip
