@@ -800,6 +800,7 @@ async def moderation_loop(ctx: Context, res: ScenarioResult) -> None:
         n = st.names
         review_topic, verdict_topic = f"{n.in_topic}.review", f"{n.in_topic}.verdicts"
         await ensure_topics(st.bootstrap, {review_topic: PARTITIONS, verdict_topic: PARTITIONS})
+        ctx.log_dir.mkdir(parents=True, exist_ok=True)
         policy = loop_policy(ctx.log_dir / f"{n.group_id}.policy.json", timeout_s)
         env = st.env(policy=str(policy), review_topic=review_topic, verdict_topic=verdict_topic)
         reviewer = Reviewer(st.bootstrap, review_topic, verdict_topic, loop_rule)
