@@ -60,13 +60,13 @@ class Reviewer:
     review_topic: str
     verdict_topic: str
     rule: Rule
-    held: dict[str, dict[str, Any]] = field(default_factory=dict)
-    records: int = 0  # review records read, repeats included
-    sent: list[Sent] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)  # verdicts the broker did not take
-    _consumer: AIOKafkaConsumer | None = None
-    _producer: confluent_kafka.Producer | None = None
-    _task: asyncio.Task[None] | None = None
+    held: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    records: int = field(default=0, init=False)  # review records read, repeats included
+    sent: list[Sent] = field(default_factory=list, init=False)
+    failed: list[str] = field(default_factory=list, init=False)  # not taken by the broker
+    _consumer: AIOKafkaConsumer | None = field(default=None, init=False, repr=False)
+    _producer: confluent_kafka.Producer | None = field(default=None, init=False, repr=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     async def __aenter__(self) -> Self:
         self._producer = confluent_kafka.Producer(
