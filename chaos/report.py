@@ -164,7 +164,8 @@ def add(existing: str, results: Sequence[ScenarioResult], *, quick: bool, comman
             index = len(rows) + 1
             lines.insert(max(rows) + 1, _row(index, r))
         lines = _put_section(lines, details(r, index), r.title)
-        lines = [line for line in lines if not line.startswith(f"Row {index} (")]
+        for i in reversed([i for i, line in enumerate(lines) if line.startswith(f"Row {index} (")]):
+            del lines[i - 1 if i and not lines[i - 1] else i : i + 1]  # with its blank line
         machine = next(i for i, line in enumerate(lines) if line.startswith("Machine: "))
         lines[machine + 1 : machine + 1] = ["", f"Row {index} ({r.title}) added by `{command}` "
                                             f"on {run}."]  # fmt: skip

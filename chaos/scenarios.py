@@ -101,10 +101,15 @@ async def _traffic_and_finish(
     *,
     timeout_s: float = 120.0,
     diverts: bool = False,
+    settled: Callable[[Ledger], bool] | None = None,
+    settle_s: float = 0.0,
 ) -> None:
-    """Wait for the traffic and for every decision, then fill the common figures."""
+    """Wait for the traffic and for every decision (then, up to `settle_s`, for `settled`),
+    then fill the common figures."""
     summary = await load
     await st.obs.all_decided(timeout_s)
+    if settled is not None:
+        await st.obs.wait_for(settled, settle_s, quiet_s=2.0)
     res.fill(st.obs.ledger, fault_ms, BUDGET_MS, diverts=diverts)
     if summary.send_errors:
         res.figure("load generator send errors", summary.send_errors)
@@ -814,8 +819,6 @@ async def moderation_loop(ctx: Context, res: ScenarioResult) -> None:
             a.kill()
             c = st.spawn("c", env)  # restarted at once, as a supervisor would
             held_at_kill, sent_at_kill = len(reviewer.held), len(reviewer.sent)
-            await _traffic_and_finish(st, res, load, fault_ms)
-            lg = st.obs.ledger
 
             def ended(ledger: Ledger) -> bool:
                 reviewer.check()
@@ -823,8 +826,11 @@ async def moderation_loop(ctx: Context, res: ScenarioResult) -> None:
                     mid in ledger.final_kinds for mid in reviewer.held
                 )
 
-            # The last held message's timeout, a sweep, and a lease the killed one left.
-            await st.obs.wait_for(ended, timeout_s + LOOP_LEASE_S + 30, quiet_s=2.0)
+            # Every held message ended: the last one's timeout, a sweep, and a lease the
+            # killed instance may have left on a timeout it had claimed.
+            await _traffic_and_finish(st, res, load, fault_ms, settled=ended,
+                                      settle_s=timeout_s + LOOP_LEASE_S + 30)  # fmt: skip
+            lg = st.obs.ledger
             survivors = [x.scrape() for x in (b, c)]
         out = account(reviewer.held, reviewer.sent, lg.final_kinds, lg.final_first_ms, lg.dead)
         _loop_figures(res, reviewer, out, before, survivors, timeout_s)
@@ -836,24 +842,30 @@ async def moderation_loop(ctx: Context, res: ScenarioResult) -> None:
         res.check("every verdict delivered to the broker", not reviewer.failed,
                   f"{len(reviewer.failed)} not delivered")  # fmt: skip
         res.check("every held message got a final decision", not out.missing,
-                  f"{len(out.missing)} without: {out.missing[:5]}")  # fmt: skip
+                  f"{len(out.missing)} without{_ids(out.missing)}")  # fmt: skip
         res.check("one kind of final decision per held message (repeats allowed)",
-                  not out.mixed, f"{len(out.mixed)} with two kinds: {out.mixed[:5]}")  # fmt: skip
+                  not out.mixed, f"{len(out.mixed)} with two kinds{_ids(out.mixed)}")  # fmt: skip
         res.check("each first verdict applied as the final decision; later verdicts changed "
                   "nothing", not out.wrong_verdict and out.applied == out.verdicts_first,
-                  f"{out.applied} of {out.verdicts_first} applied, wrong: "
-                  f"{out.wrong_verdict[:5]}")  # fmt: skip
+                  f"{out.applied} of {out.verdicts_first} applied, "
+                  f"{len(out.wrong_verdict)} otherwise{_ids(out.wrong_verdict)}")  # fmt: skip
         res.check("no verdict dead-lettered as verdict_not_held for a held message",
                   not out.not_held and not lg.dead_count[NOT_HELD],
-                  f"{lg.dead_count[NOT_HELD]} dead letters: {out.not_held[:5]}")  # fmt: skip
+                  f"{lg.dead_count[NOT_HELD]} dead letters{_ids(out.not_held)}")  # fmt: skip
         res.check(f"held messages without a verdict timed out to the fallback ({LOOP_FALLBACK})",
                   out.timed_out > 0 and not out.wrong_timeout,
-                  f"{out.timed_out} timed out, wrong: {out.wrong_timeout[:5]}")  # fmt: skip
+                  f"{out.timed_out} timed out, {len(out.wrong_timeout)} otherwise"
+                  f"{_ids(out.wrong_timeout)}")  # fmt: skip
         res.check("no final decision for a message never held", not out.unheld_finals,
-                  out.unheld_finals[:5])  # fmt: skip
+                  f"{len(out.unheld_finals)}{_ids(out.unheld_finals)}")  # fmt: skip
         res.check("the restarted instance runs", c.alive())
         if not res.passed:
             _attach_logs(res, a, b, c)
+
+
+def _ids(message_ids: list[str]) -> str:
+    """`: [the first few]`, or nothing for none."""
+    return f": {message_ids[:5]}" if message_ids else ""
 
 
 def _loop_figures(

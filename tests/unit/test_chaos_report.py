@@ -86,6 +86,8 @@ def test_a_scenario_run_alone_is_added_to_the_report_or_replaces_its_row() -> No
     assert "Row 2 (title b) added by `python -m chaos --only b`" in again
     assert "(quick run)" in again
     assert "Row 4 (title c) added" in again
+    assert "\n\n\n" not in again
+    assert add(again, [result("b", ok=True)], quick=True, command="c").count("Row 2 (") == 1
 
     with pytest.raises(ValueError, match="whole run"):
         add(whole, [hostile], quick=False, command="python -m chaos --only h")
