@@ -1,4 +1,5 @@
-"""`python -m chaos [--quick]`: run the fault scenarios, write RELIABILITY.md."""
+"""`python -m chaos [--quick] [--only KEYS [--add]]`: run the fault scenarios, write
+RELIABILITY.md (with --add, put the scenarios run into the existing report instead)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import orjson
 
 from chaos.procs import default_log_dir
-from chaos.report import render
+from chaos.report import add, render
 from chaos.results import ScenarioResult
 from chaos.scenarios import SCENARIOS, Context, Plan, run_scenario
 from moderator import loop
@@ -29,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
         "--only", default="", help=f"comma-separated subset of {','.join(SCENARIOS)}"
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "RELIABILITY.md")
+    parser.add_argument("--add", action="store_true",
+                        help="put the scenarios run (--only) into the existing --out report: each "
+                             "replaces its row and section, or comes after the others")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     parser.add_argument("--log-dir", type=Path, default=default_log_dir(),
                         help="where the moderators' logs go")  # fmt: skip
@@ -66,19 +70,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}", file=sys.stderr)
         return 2
+    if args.add and not args.out.is_file():
+        print(f"--add needs an existing report at {args.out}", file=sys.stderr)
+        return 2
+    before = args.out.read_text() if args.add else ""
     settings = Settings.from_env()
     settings.check_model_dir()
     ctx = Context(Plan.make(args.quick), settings.model_dir, args.log_dir)
     start = time.monotonic()
     command = "python -m chaos" + (" --quick" if args.quick else "")
     if args.only:
-        command += f" --only {args.only}"
+        command += f" --only {args.only}" + (" --add" if args.add else "")
 
     def write(results: list[ScenarioResult]) -> None:
         wall_s = time.monotonic() - start
-        text = render(results, quick=args.quick, wall_s=wall_s, command=command)
-        if len(results) < len(keys):
-            text += f"\n_Partial: {len(results)} of {len(keys)} scenarios so far._\n"
+        if args.add:
+            text = add(before, results, quick=args.quick, command=command)
+        else:
+            text = render(results, quick=args.quick, wall_s=wall_s, command=command)
+            if len(results) < len(keys):
+                text += f"\n_Partial: {len(results)} of {len(keys)} scenarios so far._\n"
         args.out.write_text(text)
         if args.json is not None:
             args.json.write_bytes(orjson.dumps([r.as_dict() for r in results],

@@ -52,6 +52,9 @@ class Ledger:
     diverted_decided_ms: dict[tuple[int, int], int | None] = field(default_factory=dict)
     bad_decisions: int = 0
     finals: Counter[str] = field(default_factory=Counter)  # held messages' final decisions
+    # each held message's final decisions by (action, reason): one kind, repeats allowed
+    final_kinds: dict[str, Counter[tuple[str, str | None]]] = field(default_factory=dict)
+    final_first_ms: dict[str, float] = field(default_factory=dict)
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -74,6 +77,9 @@ class Ledger:
         mid = decision.message_id
         if decision.final:  # no duplicate: at most one per held message, after the first
             self.finals[mid] += 1
+            kinds = self.final_kinds.setdefault(mid, Counter())
+            kinds[(decision.action, decision.reason)] += 1
+            self.final_first_ms.setdefault(mid, now_ms)
             return
         self.counts[mid] += 1
         if mid in self.first_ms:

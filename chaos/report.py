@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
+import re
 from collections.abc import Sequence
 
 from chaos.hostile import DECISION, CaseOutcome
@@ -83,14 +84,17 @@ def faults_table(results: Sequence[ScenarioResult]) -> list[str]:
         "| p99 | result |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for i, r in enumerate(results, 1):
-        verdict = "**pass**" if r.passed else ("**error**" if r.error else "**FAIL**")
-        lines.append(
-            f"| {i} | {_cell(r.title)}: {_cell(r.fault)} | {r.sent} | {r.decided} | {r.lost} "
-            f"| {r.duplicated} | {_s(r.first_s)} | {_s(r.settled_s)} | {_ms(r.p99_ms)} "
-            f"| {verdict} |"
-        )
+    lines += [_row(i, r) for i, r in enumerate(results, 1)]
     return lines
+
+
+def _row(i: int, r: ScenarioResult) -> str:
+    verdict = "**pass**" if r.passed else ("**error**" if r.error else "**FAIL**")
+    return (
+        f"| {i} | {_cell(r.title)}: {_cell(r.fault)} | {r.sent} | {r.decided} | {r.lost} "
+        f"| {r.duplicated} | {_s(r.first_s)} | {_s(r.settled_s)} | {_ms(r.p99_ms)} "
+        f"| {verdict} |"
+    )
 
 
 def details(r: ScenarioResult, index: int) -> list[str]:
@@ -133,6 +137,70 @@ def _label(outcome: str) -> str:
     if outcome == "nothing":
         return "**nothing**"
     return f"DLQ `{outcome}`"
+
+
+_ROW = re.compile(r"^\| (\d+) \| (.*)")
+_PASSED = re.compile(r"\*\*\d+ of \d+ scenarios passed\.\*\*")
+
+
+def add(existing: str, results: Sequence[ScenarioResult], *, quick: bool, command: str) -> str:
+    """`existing` (a RELIABILITY.md `render` wrote) with `results` in it, for a run of a few
+    scenarios: each replaces the row and section of the scenario with its title, or comes after
+    the others; the pass count is recounted, and a line under the header names the run each
+    added row came from. The hostile-input table and the list of failures are left as they were."""
+    lines = existing.splitlines()
+    run = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC ({'quick' if quick else 'full'} run)"
+    for r in results:
+        if r.hostile:
+            raise ValueError(f"{r.key}: a result with hostile-input rows needs a whole run")
+        rows = {i: row for i, line in enumerate(lines) if (row := _row_of(line)) is not None}
+        if not rows:
+            raise ValueError("no faults table to add to")
+        same = [i for i, (_, rest) in rows.items() if rest.startswith(f"{_cell(r.title)}: ")]
+        if same:
+            index = rows[same[0]][0]
+            lines[same[0]] = _row(index, r)
+        else:
+            index = len(rows) + 1
+            lines.insert(max(rows) + 1, _row(index, r))
+        lines = _put_section(lines, details(r, index), r.title)
+        for i in reversed([i for i, line in enumerate(lines) if line.startswith(f"Row {index} (")]):
+            del lines[i - 1 if i and not lines[i - 1] else i : i + 1]  # with its blank line
+        machine = next(i for i, line in enumerate(lines) if line.startswith("Machine: "))
+        lines[machine + 1 : machine + 1] = ["", f"Row {index} ({r.title}) added by `{command}` "
+                                            f"on {run}."]  # fmt: skip
+    table = [line for line in lines if _row_of(line) is not None]
+    passed = sum(1 for line in table if line.endswith("| **pass** |"))
+    text = _PASSED.sub(f"**{passed} of {len(table)} scenarios passed.**", "\n".join(lines), 1)
+    return text.rstrip() + "\n"
+
+
+def _row_of(line: str) -> tuple[int, str] | None:
+    """(number, the rest) of a faults-table row."""
+    match = _ROW.match(line)
+    return (int(match[1]), match[2]) if match else None
+
+
+def _put_section(lines: list[str], section: list[str], title: str) -> list[str]:
+    """`lines` with the `### N. title` section replaced by `section`, or `section` after the
+    last section."""
+    heading = re.compile(rf"^### \d+\. {re.escape(title)}$")
+    starts = [i for i, line in enumerate(lines) if line.startswith("### ")]
+    found = next((i for i in starts if heading.match(lines[i])), None)
+    if found is None:
+        if not starts:
+            raise ValueError("no scenario sections to add to")
+        found = end = _section_end(lines, starts[-1])
+    else:
+        end = _section_end(lines, found)
+    return [*lines[:found], *section, *lines[end:]]
+
+
+def _section_end(lines: list[str], start: int) -> int:
+    return next(
+        (i for i in range(start + 1, len(lines)) if lines[i].startswith(("### ", "## "))),
+        len(lines),
+    )
 
 
 def render(results: Sequence[ScenarioResult], *, quick: bool, wall_s: float, command: str) -> str:

@@ -19,16 +19,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaProducer
 
 from chaos.hostile import CASES, DECISION, MIB, burst, judge
 from chaos.ledger import Ledger
 from chaos.results import ScenarioResult, now_ms
-from chaos.stage import BUDGET_MS, Stage, drain_rate
+from chaos.stage import BUDGET_MS, PARTITIONS, Stage, drain_rate
+from chaos.verdicts import NOT_HELD, Outcomes, account
+from devstack import child
 from devstack.child import ModeratorChild, read_status_kb
+from devstack.reviewer import Answer, Reviewer
 from loadgen.kafka import TopicSet
 from moderator.config import Settings
+from moderator.policy import read_spec
 from moderator.refusal import RETRY_BACKOFF_S, RETRY_JITTER
+from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,8 @@ class Plan:
     overload_s: float = 15.0
     junk: int = 10_000
     hostile_valid: int = 500
+    held_ratio: float = 0.04  # of the traffic, held for review (the loop)
+    review_timeout_s: float = 30.0  # the loop's: past a take-over after a SIGKILL
 
     @classmethod
     def make(cls, quick: bool) -> Plan:
@@ -93,10 +101,15 @@ async def _traffic_and_finish(
     *,
     timeout_s: float = 120.0,
     diverts: bool = False,
+    settled: Callable[[Ledger], bool] | None = None,
+    settle_s: float = 0.0,
 ) -> None:
-    """Wait for the traffic and for every decision, then fill the common figures."""
+    """Wait for the traffic and for every decision (then, up to `settle_s`, for `settled`),
+    then fill the common figures."""
     summary = await load
     await st.obs.all_decided(timeout_s)
+    if settled is not None:
+        await st.obs.wait_for(settled, settle_s, quiet_s=2.0)
     res.fill(st.obs.ledger, fault_ms, BUDGET_MS, diverts=diverts)
     if summary.send_errors:
         res.figure("load generator send errors", summary.send_errors)
@@ -754,6 +767,135 @@ async def _produce_raw(bootstrap: str, topic: str, records: list[Any]) -> None:
         await producer.stop()
 
 
+# -- 9. the moderation loop: SIGKILL while verdicts flow ---------------------------------------
+
+LOOP_FALLBACK = "nudge"  # the timeout's action: not the default `allow`, so it shows the policy's
+LOOP_MODERATORS = ("chaos-mod-1", "chaos-mod-2")
+LOOP_VERDICTS = ("allow", "block", "nudge")
+LOOP_LEASE_S = 30.0  # moderator/held.py LEASE_MS: a timeout claimed by the killed one waits this
+
+
+def loop_rule(n: int, review: dict[str, Any]) -> list[Answer]:
+    """The scripted moderator's answers to the n-th held message: every third is left to its
+    timeout; the others get a verdict, and every fourth of those a later, different one."""
+    if n % 3 == 2:
+        return []
+    verdict = LOOP_VERDICTS[(n // 3) % len(LOOP_VERDICTS)]
+    answers = [Answer(verdict, LOOP_MODERATORS[0])]
+    if n % 4 == 0:
+        other = LOOP_VERDICTS[(LOOP_VERDICTS.index(verdict) + 1) % len(LOOP_VERDICTS)]
+        answers.append(Answer(other, LOOP_MODERATORS[1]))
+    return answers
+
+
+def loop_policy(path: Path, timeout_s: float) -> Path:
+    """The default policy with a short review timeout and the loop's fallback, as a file."""
+    spec = {**read_spec(), "review_timeout_s": timeout_s, "review_fallback": LOOP_FALLBACK}
+    path.write_bytes(orjson.dumps(spec))
+    return path
+
+
+async def moderation_loop(ctx: Context, res: ScenarioResult) -> None:
+    """Two moderators consume while messages flow, a share of them held for review, and a
+    scripted moderator answers the review topic with verdicts; one moderator is SIGKILLed in the
+    middle and restarted at once. Held messages left without a verdict time out."""
+    p = ctx.plan
+    timeout_s = p.review_timeout_s
+    async with ctx.stage("loop") as st:
+        n = st.names
+        review_topic, verdict_topic = f"{n.in_topic}.review", f"{n.in_topic}.verdicts"
+        await ensure_topics(st.bootstrap, {review_topic: PARTITIONS, verdict_topic: PARTITIONS})
+        ctx.log_dir.mkdir(parents=True, exist_ok=True)
+        policy = loop_policy(ctx.log_dir / f"{n.group_id}.policy.json", timeout_s)
+        env = st.env(policy=str(policy), review_topic=review_topic, verdict_topic=verdict_topic)
+        reviewer = Reviewer(st.bootstrap, review_topic, verdict_topic, loop_rule)
+        async with reviewer:
+            a, b = await asyncio.gather(st.start("a", env), st.start("b", env))
+            load = asyncio.create_task(st.load(p.rate, p.fault_at_s + p.after_kill_s,
+                                               held_ratio=p.held_ratio))  # fmt: skip
+            await asyncio.sleep(p.fault_at_s)
+            before = a.scrape()
+            fault_ms = now_ms()
+            a.kill()
+            c = st.spawn("c", env)  # restarted at once, as a supervisor would
+            held_at_kill, sent_at_kill = len(reviewer.held), len(reviewer.sent)
+
+            def ended(ledger: Ledger) -> bool:
+                reviewer.check()
+                return len(reviewer.held) >= ledger.actions["review"] and all(
+                    mid in ledger.final_kinds for mid in reviewer.held
+                )
+
+            # Every held message ended: the last one's timeout, a sweep, and a lease the
+            # killed instance may have left on a timeout it had claimed.
+            await _traffic_and_finish(st, res, load, fault_ms, settled=ended,
+                                      settle_s=timeout_s + LOOP_LEASE_S + 30)  # fmt: skip
+            lg = st.obs.ledger
+            survivors = [x.scrape() for x in (b, c)]
+        out = account(reviewer.held, reviewer.sent, lg.final_kinds, lg.final_first_ms, lg.dead)
+        _loop_figures(res, reviewer, out, before, survivors, timeout_s)
+        res.figure("held / verdicts sent before the kill", f"{held_at_kill} / {sent_at_kill}")
+        res.check("messages were held and verdicts given on both sides of the kill",
+                  0 < held_at_kill < out.held and 0 < sent_at_kill < len(reviewer.sent),
+                  f"{held_at_kill} of {out.held} held, {sent_at_kill} of "
+                  f"{len(reviewer.sent)} verdicts before it")  # fmt: skip
+        res.check("every verdict delivered to the broker", not reviewer.failed,
+                  f"{len(reviewer.failed)} not delivered")  # fmt: skip
+        res.check("every held message got a final decision", not out.missing,
+                  f"{len(out.missing)} without{_ids(out.missing)}")  # fmt: skip
+        res.check("one kind of final decision per held message (repeats allowed)",
+                  not out.mixed, f"{len(out.mixed)} with two kinds{_ids(out.mixed)}")  # fmt: skip
+        res.check("each first verdict applied as the final decision; later verdicts changed "
+                  "nothing", not out.wrong_verdict and out.applied == out.verdicts_first,
+                  f"{out.applied} of {out.verdicts_first} applied, "
+                  f"{len(out.wrong_verdict)} otherwise{_ids(out.wrong_verdict)}")  # fmt: skip
+        res.check("no verdict dead-lettered as verdict_not_held for a held message",
+                  not out.not_held and not lg.dead_count[NOT_HELD],
+                  f"{lg.dead_count[NOT_HELD]} dead letters{_ids(out.not_held)}")  # fmt: skip
+        res.check(f"held messages without a verdict timed out to the fallback ({LOOP_FALLBACK})",
+                  out.timed_out > 0 and not out.wrong_timeout,
+                  f"{out.timed_out} timed out, {len(out.wrong_timeout)} otherwise"
+                  f"{_ids(out.wrong_timeout)}")  # fmt: skip
+        res.check("no final decision for a message never held", not out.unheld_finals,
+                  f"{len(out.unheld_finals)}{_ids(out.unheld_finals)}")  # fmt: skip
+        res.check("the restarted instance runs", c.alive())
+        if not res.passed:
+            _attach_logs(res, a, b, c)
+
+
+def _ids(message_ids: list[str]) -> str:
+    """`: [the first few]`, or nothing for none."""
+    return f": {message_ids[:5]}" if message_ids else ""
+
+
+def _loop_figures(
+    res: ScenarioResult,
+    reviewer: Reviewer,
+    out: Outcomes,
+    before: child.Samples | None,
+    survivors: list[child.Samples | None],
+    timeout_s: float,
+) -> None:
+    res.figure("held messages (review records read, repeats included)",
+               f"{out.held} ({reviewer.records})")  # fmt: skip
+    res.figure("verdicts sent: first / later (stock confluent-kafka producer)",
+               f"{out.verdicts_first} / {out.verdicts_late}")  # fmt: skip
+    res.figure("verdicts applied (final decision `verdict:…`)", out.applied)
+    res.figure(f"timed out to {LOOP_FALLBACK} (review_timeout_s={timeout_s:g})", out.timed_out)
+    res.figure("final decisions read / repeated by redelivery", f"{out.finals} / {out.repeats}")
+    if out.latencies_ms:
+        lat = out.latencies_ms
+        res.figure("verdict acknowledged → its final decision read",
+                   f"median {lat[len(lat) // 2]:.0f} ms, max {lat[-1]:.0f} ms")  # fmt: skip
+    counted = [s for s in (before, *survivors) if s is not None]
+    outcomes = {o: sum(s.total("moderator_verdict_outcomes_total", outcome=o) for s in counted)
+                for o in ("applied", "late", "not_held", "invalid")}  # fmt: skip
+    timeouts = sum(s.total("moderator_review_timeouts_total") for s in counted)
+    res.figure("verdict outcomes the instances counted (the killed one scraped just before)",
+               ", ".join(f"{k} {v:.0f}" for k, v in outcomes.items())
+               + f"; timeouts {timeouts:.0f}")  # fmt: skip
+
+
 # -- the list ----------------------------------------------------------------------------------
 
 SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
@@ -793,6 +935,10 @@ SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
                  "lexical, in-flight cap 1000", overload),
     "hostile": ("Hostile input burst", "a burst of junk records and nasty valid chat amid "
                 "valid traffic", hostile_input),
+    "loop": ("Moderation loop: SIGKILL while verdicts flow", "two moderators, a share of the "
+             "messages held for review and answered by a scripted moderator's verdicts (some "
+             "left to time out, some given a second verdict); one moderator SIGKILLed mid-stream "
+             "and restarted at once", moderation_loop),
 }  # fmt: skip
 
 

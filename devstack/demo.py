@@ -7,13 +7,15 @@ own work does not share its event loop or its GIL.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 from devstack.child import ModeratorChild, Samples, answers
 from devstack.embedded import broker_binary, free_port
 from loadgen.cli import print_progress
 from loadgen.config import LoadConfig
 from loadgen.runner import run_load
-from loadgen.summary import format_summary
+from loadgen.summary import LoadSummary, format_summary
 from moderator import loop
 
 READY_TIMEOUT_S = 120
@@ -24,31 +26,55 @@ def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_rati
     args = ["dev", "--kafka-port", str(kafka_port), "--redis-port", str(redis_port),
             "--metrics-port", str(metrics_port)]  # fmt: skip
     broker_binary()  # without the dev extra, say so before starting anything
-    print("starting the embedded stack and the moderator in a child process:", flush=True)
-    print("$", " ".join(["moderator", *args]), flush=True)
-    # The user's own MODERATOR_* settings (threads, budget, …) apply to the demo too.
+    from devstack import demo_loop  # the stock Kafka client it uses comes with the dev extra
+
+    # The user's own MODERATOR_* settings (threads, budget, policy, …) apply to the demo too;
+    # the review timeout is the demo's, so held messages time out while it runs.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    dev = ModeratorChild(args, env, name="moderator dev", echo=True)
-    with dev.start():
-        _wait_ready(dev, metrics_port)
-        print(f"\nproducing {round(rate * duration_s)} messages: {rate:g} msg/s for "
-              f"{duration_s:g}s of chat ({dup_ratio:.0%} repeats, {malformed_ratio:.0%} "
-              "malformed records), then waiting for every decision …\n", flush=True)  # fmt: skip
-        config = LoadConfig(
-            bootstrap=f"127.0.0.1:{kafka_port}",
-            rate=rate,
-            duration_s=duration_s,
-            dup_ratio=dup_ratio,
-            toxic_ratio=0.1,
-            malformed_ratio=malformed_ratio,
-            drain_timeout_s=30,
-            seed=7,
-        )
-        summary = loop.run(run_load(config, progress=print_progress))
-        print("\n" + format_summary(summary))
-        print(_moderator_report(dev.scrape()))
+    with tempfile.TemporaryDirectory(prefix="moderator-demo-") as tmp:
+        policy = demo_loop.demo_policy(Path(tmp), env.get("MODERATOR_POLICY"))
+        args += ["--policy", str(policy)]
+        print("starting the embedded stack and the moderator in a child process:", flush=True)
+        print("$", " ".join(["moderator", *args]), flush=True)
+        dev = ModeratorChild(args, env, name="moderator dev", echo=True)
+        with dev.start():
+            _wait_ready(dev, metrics_port)
+            print(f"\nproducing {round(rate * duration_s)} messages: {rate:g} msg/s for "
+                  f"{duration_s:g}s of chat ({dup_ratio:.0%} repeats, {malformed_ratio:.0%} "
+                  f"malformed records, {demo_loop.HELD_RATIO:.0%} held for review: a scripted "
+                  f"moderator answers them, or they time out after "
+                  f"{demo_loop.REVIEW_TIMEOUT_S:g} s), then waiting for every decision …\n",
+                  flush=True)  # fmt: skip
+            config = LoadConfig(
+                bootstrap=f"127.0.0.1:{kafka_port}",
+                rate=rate,
+                duration_s=duration_s,
+                dup_ratio=dup_ratio,
+                toxic_ratio=0.1,
+                malformed_ratio=malformed_ratio,
+                held_ratio=demo_loop.HELD_RATIO,
+                drain_timeout_s=30,
+                seed=7,
+            )
+            summary, loop_report = loop.run(_drive(config, dev))
+            print("\n" + format_summary(summary))
+            print(_moderator_report(dev.scrape()))
+            print(loop_report)
     print(f"moderator dev stopped on SIGTERM with exit code {dev.exit_code}")
     return 0 if summary.missing == 0 and dev.exit_code == 0 else 1
+
+
+async def _drive(config: LoadConfig, dev: ModeratorChild) -> tuple[LoadSummary, str]:
+    """The chat, with the scripted moderator answering held messages meanwhile; then a verdict's
+    override shown, and the loop's report once every held message has ended."""
+    from devstack import demo_loop
+
+    async with demo_loop.reviewer(config.bootstrap) as desk:
+        summary = await run_load(config, progress=print_progress)
+        repeat = await demo_loop.repeat_a_verdict(config.bootstrap, desk)
+        samples = await demo_loop.wait_for_ends(dev)
+        desk.check()
+    return summary, demo_loop.report(samples, desk, repeat)
 
 
 def _wait_ready(dev: ModeratorChild, metrics_port: int) -> None:

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--dup-ratio", type=float, default=0.3, help="share of exact and near repeats (0.3)")
     add("--toxic-ratio", type=float, default=0.05, help="share of toxic lines (0.05)")
     add("--malformed-ratio", type=float, default=0.0, help="share of malformed records (0)")
+    add("--held-ratio", type=float, default=0.0,
+        help="share of lines the shipped model holds for review (0)")  # fmt: skip
     add("--channels", type=int, default=16, help="distinct channel ids, the Kafka key (16)")
     add("--in-topic", default=DEFAULT_IN_TOPIC, help="where messages go")
     add("--out-topic", default=DEFAULT_OUT_TOPIC, help="where decisions are read")
@@ -77,6 +79,7 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         dup_ratio=args.dup_ratio,
         toxic_ratio=args.toxic_ratio,
         malformed_ratio=args.malformed_ratio,
+        held_ratio=args.held_ratio,
         channels=args.channels,
         in_topic=args.in_topic,
         out_topic=args.out_topic,

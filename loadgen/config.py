@@ -26,6 +26,7 @@ class LoadConfig:
     dup_ratio: float = 0.3
     toxic_ratio: float = 0.05
     malformed_ratio: float = 0.0
+    held_ratio: float = 0.0  # lines the shipped model holds for review (loadgen/held.py)
     channels: int = 16
     in_topic: str = DEFAULT_IN_TOPIC
     out_topic: str = DEFAULT_OUT_TOPIC
@@ -43,6 +44,7 @@ class LoadConfig:
             ("dup_ratio", 0 <= self.dup_ratio <= 1, "must be between 0 and 1"),
             ("toxic_ratio", 0 <= self.toxic_ratio <= 1, "must be between 0 and 1"),
             ("malformed_ratio", 0 <= self.malformed_ratio <= 1, "must be between 0 and 1"),
+            ("held_ratio", 0 <= self.held_ratio <= 1, "must be between 0 and 1"),
             ("channels", self.channels >= 1, "must be at least 1"),
             ("budget_ms", self.budget_ms > 0, "must be positive"),
             ("drain_timeout_s", self.drain_timeout_s >= 0, "must not be negative"),

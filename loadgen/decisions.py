@@ -18,6 +18,7 @@ class Decision(NamedTuple):
     total_ms: float | None  # latency_ms.total: the moderator's own view of the latency
     decided_at_ms: int | None
     final: bool = False  # the final decision of a held message: no duplicate of the first
+    reason: str | None = None  # what decided (a final one: `verdict:<moderator>`, `review_timeout`)
 
 
 def read_decision(value: bytes | None) -> Decision | None:
@@ -38,6 +39,7 @@ def read_decision(value: bytes | None) -> Decision | None:
         total_ms=_total_ms(data.get("latency_ms")),
         decided_at_ms=decided_at if _is_int(decided_at) else None,
         final=data.get("final") is True,
+        reason=reason if isinstance(reason := data.get("reason"), str) else None,
     )
 
 

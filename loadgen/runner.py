@@ -80,6 +80,7 @@ async def run_load(
         dup_ratio=cfg.dup_ratio,
         toxic_ratio=cfg.toxic_ratio,
         malformed_ratio=cfg.malformed_ratio,
+        held_ratio=cfg.held_ratio,
         channels=cfg.channels,
     )
     await ensure_topics(

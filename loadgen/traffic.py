@@ -20,6 +20,7 @@ from enum import StrEnum
 import orjson
 
 from loadgen.corpus import Corpus, default_corpus
+from loadgen.held import held_text
 
 # Share of benign lines by length, before repeats: (min words, max words or None, weight).
 LENGTH_MIX: tuple[tuple[int, int | None, float], ...] = (
@@ -43,6 +44,7 @@ class Kind(StrEnum):
 
     BENIGN = "benign"
     TOXIC = "toxic"
+    HELD = "held"  # a line the shipped model holds for review (loadgen/held.py)
     MALFORMED = "malformed"
 
 
@@ -107,6 +109,7 @@ class TrafficGenerator:
         dup_ratio: float = 0.3,
         toxic_ratio: float = 0.05,
         malformed_ratio: float = 0.0,
+        held_ratio: float = 0.0,
         channels: int = 16,
         corpus: Corpus | None = None,
     ) -> None:
@@ -114,6 +117,7 @@ class TrafficGenerator:
             ("dup_ratio", dup_ratio),
             ("toxic_ratio", toxic_ratio),
             ("malformed_ratio", malformed_ratio),
+            ("held_ratio", held_ratio),
         ):
             if not 0.0 <= ratio <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, got {ratio}")
@@ -123,6 +127,7 @@ class TrafficGenerator:
         self.dup_ratio = dup_ratio
         self.toxic_ratio = toxic_ratio
         self.malformed_ratio = malformed_ratio
+        self.held_ratio = held_ratio
         self._rng = random.Random(seed)
         self._corpus = corpus or default_corpus()
         self._buckets = self._length_buckets(self._corpus.benign)
@@ -130,6 +135,7 @@ class TrafficGenerator:
         self._seq = itertools.count()
         self._bad_seq = itertools.count()
         self._novel_seq = itertools.count()
+        self._held_seq = itertools.count()
         self._seen: set[str] = set()
         self._recent: dict[Kind, deque[str]] = {
             Kind.BENIGN: deque(maxlen=RECENT_POOL_SIZE),
@@ -194,7 +200,11 @@ class TrafficGenerator:
         return base if self._rng.random() < EXACT_REPEAT_SHARE else vary(base, self._rng)
 
     def next_text(self) -> tuple[str, Kind, bool]:
-        """The next chat line, whether it is toxic, and whether it repeats an earlier line."""
+        """The next chat line, its kind, and whether it repeats an earlier line. A held line is
+        always new and never repeated: each is one message for a moderator to judge."""
+        # Drawn only when asked for, so a run without held lines keeps its seed's traffic.
+        if self.held_ratio and self._rng.random() < self.held_ratio:
+            return held_text(next(self._held_seq)), Kind.HELD, False
         kind = Kind.TOXIC if self._rng.random() < self.toxic_ratio else Kind.BENIGN
         repeat = self._rng.random() < self.dup_ratio
         if repeat:

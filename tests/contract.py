@@ -34,6 +34,12 @@ def check_review(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def check_verdict(record: dict[str, Any]) -> dict[str, Any]:
+    """The verdict, or jsonschema.ValidationError naming the field that breaks the schema."""
+    validator("verdict").validate(record)
+    return record
+
+
 def check_dead_letter_headers(headers: Iterable[tuple[str, bytes]]) -> dict[str, str]:
     """A dead letter's headers as a dict, checked against the schema."""
     as_dict = {name: value.decode() for name, value in headers}

@@ -8,7 +8,7 @@ import pytest
 
 from chaos.hostile import CASES, CaseOutcome
 from chaos.procs import ModeratorEnv
-from chaos.report import render
+from chaos.report import add, render
 from chaos.results import ScenarioResult
 from chaos.scenarios import SCENARIOS, Plan, reject_window_schema
 from devstack.child import ModeratorChild, Samples, moderator_env
@@ -64,12 +64,41 @@ def test_the_report_has_the_machine_the_tables_and_what_failed() -> None:
     assert "a log line" in text
 
 
+def test_a_scenario_run_alone_is_added_to_the_report_or_replaces_its_row() -> None:
+    hostile = result("h", ok=True)
+    hostile.hostile = [CaseOutcome(CASES["zalgo"], sent=3, outcomes={"decision": 3})]
+    whole = render([result("a", ok=True), result("b", ok=False), hostile], quick=False,
+                   wall_s=60, command="python -m chaos")  # fmt: skip
+    assert "**2 of 3 scenarios passed.**" in whole
+
+    added = add(whole, [result("c", ok=True)], quick=False, command="python -m chaos --only c")
+    assert "**3 of 4 scenarios passed.**" in added
+    assert "| 4 | title c: a \\| fault |" in added
+    assert added.index("### 3. title h") < added.index("### 4. title c") < added.index("## Hostile")
+    assert "Row 4 (title c) added by `python -m chaos --only c` on " in added
+    assert "| `zalgo` |" in added, "the hostile table stays"
+
+    again = add(added, [result("b", ok=True)], quick=True, command="python -m chaos --only b")
+    assert "**4 of 4 scenarios passed.**" in again
+    assert "| 2 | title b: a \\| fault | 100 | 100 | 0 |" in again
+    assert again.count("### 2. title b") == 1
+    assert again.index("### 2. title b") < again.index("### 3. title h")
+    assert "Row 2 (title b) added by `python -m chaos --only b`" in again
+    assert "(quick run)" in again
+    assert "Row 4 (title c) added" in again
+    assert "\n\n\n" not in again
+    assert add(again, [result("b", ok=True)], quick=True, command="c").count("Row 2 (") == 1
+
+    with pytest.raises(ValueError, match="whole run"):
+        add(whole, [hostile], quick=False, command="python -m chaos --only h")
+
+
 def test_every_scenario_is_listed_and_quick_is_shorter() -> None:
     assert list(SCENARIOS) == ["sigkill", "sigkill-3s", "sigkill-10s", "rebalance", "sigterm",
                                "sigterm-workers",
                                "redis-kill", "redis-freeze", "broker-freeze",
                                "broker-freeze-long", "publish-fail", "publish-hold", "overload",
-                               "hostile"]  # fmt: skip
+                               "hostile", "loop"]  # fmt: skip
     full, quick = Plan.make(quick=False), Plan.make(quick=True)
     assert quick.after_s < full.after_s
     assert quick.junk < full.junk == 10_000

@@ -16,6 +16,14 @@ def test_a_decision_is_read_with_what_the_harnesses_count() -> None:
     assert read_decision(final) == Decision("m-1", "allow", False, False, None, None, final=True)
 
 
+def test_the_reason_is_read_when_it_is_a_string() -> None:
+    verdict = orjson.dumps({"message_id": "m", "reason": "verdict:alice", "final": True})
+    assert read_decision(verdict) == Decision("m", "None", False, False, None, None, True,
+                                              "verdict:alice")  # fmt: skip
+    odd = orjson.dumps({"message_id": "m", "reason": 3})
+    assert read_decision(odd) == Decision("m", "None", False, False, None, None)
+
+
 @pytest.mark.parametrize(
     "value",
     [None, b"", b"not json", b"[]", b'{"action": "allow"}', b'{"message_id": 7}'],

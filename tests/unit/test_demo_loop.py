@@ -1,0 +1,73 @@
+"""The demo's part of the moderation loop without a broker: the policy it runs, which held
+messages its scripted moderator answers, and the report it prints from the moderator's /metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from devstack import demo_loop
+from devstack.child import Samples
+from devstack.reviewer import Reviewer, Sent
+from moderator.policy import Policy, read_spec
+from moderator.review_rules import review_rules
+
+
+def metrics(**values: float) -> Samples:
+    """A /metrics page with the loop's series."""
+    lines = [
+        f"moderator_review_records_total {values.get('held', 0)}",
+        f"moderator_review_timeouts_total {values.get('timeouts', 0)}",
+        *(f'moderator_verdict_outcomes_total{{outcome="{o}"}} {values.get(o, 0)}'
+          for o in ("applied", "late", "not_held", "invalid")),
+    ]  # fmt: skip
+    return Samples("\n".join(lines) + "\n")
+
+
+def test_the_demo_policy_is_the_users_or_the_default_with_the_short_timeout(
+    tmp_path: Path,
+) -> None:
+    path = demo_loop.demo_policy(tmp_path, None)
+    policy = Policy.load(path)
+    spec = json.loads(path.read_text())
+    assert review_rules(spec, policy.actions, "demo") == (demo_loop.REVIEW_TIMEOUT_S, "allow")
+    assert spec == {**read_spec(), "review_timeout_s": demo_loop.REVIEW_TIMEOUT_S}
+
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({**read_spec(), "review_fallback": "block"}))
+    spec = json.loads(demo_loop.demo_policy(tmp_path, str(mine)).read_text())
+    assert (spec["review_fallback"], spec["review_timeout_s"]) == (
+        "block",
+        demo_loop.REVIEW_TIMEOUT_S,
+    )
+
+
+def test_two_held_messages_in_three_get_a_verdict_and_the_third_times_out() -> None:
+    answers = [demo_loop.rule(n, {}) for n in range(6)]
+    assert [[a.verdict for a in got] for got in answers] == [
+        ["block"], ["allow"], [], ["block"], ["allow"], []
+    ]  # fmt: skip
+    assert {a.moderator_id for got in answers for a in got} == {demo_loop.MODERATOR_ID}
+
+
+def test_the_report_counts_held_verdicts_finals_and_timeouts_and_shows_the_override() -> None:
+    desk = Reviewer("127.0.0.1:1", "r", "v", demo_loop.rule)
+    desk.held = {"m-1": {"text": "hola"}, "m-2": {"text": "salut"}, "m-3": {"text": "ciao"}}
+    desk.sent = [Sent("m-1", "block", demo_loop.MODERATOR_ID, True, 1.0),
+                 Sent("m-2", "allow", demo_loop.MODERATOR_ID, True, 2.0)]  # fmt: skip
+    repeat = demo_loop.Repeat("hola", "block", {"action": "block", "reason": "override"})
+    text = demo_loop.report(metrics(held=3, timeouts=1, applied=2), desk, repeat)
+    lines = {line.split()[0]: line for line in text.splitlines()[1:]}
+    assert "held for review 3" in lines["held"]
+    assert "2 sent, 2 applied (late 0, not held 0, invalid 0)" in lines["verdicts"]
+    assert "final decisions 3: 2 by a verdict, 1 timed out" in lines["final"]
+    assert lines["override"].endswith("block, reason override")
+    assert "escalation" in lines
+
+
+def test_an_override_that_did_not_come_is_said() -> None:
+    desk = Reviewer("127.0.0.1:1", "r", "v", demo_loop.rule)
+    missing = demo_loop.Repeat("hola", "block", None)
+    assert "no decision within" in demo_loop.report(metrics(), desk, missing)
+    assert "no verdict was applied" in demo_loop.report(metrics(), desk, None)
+    assert "did not answer" in demo_loop.report(None, desk, None)
