@@ -19,8 +19,8 @@ USE = {
     "questions": "train (distilled); dev and test reported, not used for thresholds",
     "rtp_scored": "train (Perspective scores as soft targets), dev (recall), test",
     "insults": "dev (recall) and test only: never trained on (terms not stated)",
-    "davidson": "train (hate: annotators' shares, distilled above them; offensive: distilled,"
-    " capped; neither: 0), dev (hate in the recall pool), test",
+    "davidson": "train (hate: annotators' shares, distilled above them; neither: 0; offensive:"
+    " not trained on), dev (hate in the recall pool), test",
     "toxigen": "train (hate 1, neutral 0), dev (hate in the recall pool; neutral held to its"
     " own flag limit), test",
     "ethos": "dev (recall; a tenth of the threats) and test only: never trained on (GPL-3.0)",
@@ -238,9 +238,9 @@ def render(
         "Targets (`models/realdata.py`): a Davidson hate tweet trains `identity_attack` at the"
         " share of annotators who called it hate and `toxicity` at the share who called it"
         " hate or offensive, raised to the teachers' distillation where that is higher;"
-        f" offensive tweets train on the distillation alone (capped at"
-        f" {realdata.FAMILY_CAPS[('davidson', 'offensive')]:,} by hash: they are slurs and"
-        " swearing more often than attacks on someone); `neither` trains as benign. ToxiGen's"
+        " offensive tweets are not trained on (they are slurs and swearing more often than"
+        " attacks on someone, and distilled they taught that casual rude register is an"
+        " insult); `neither` trains as benign. ToxiGen's"
         " hateful statements train `identity_attack` and `toxicity` at 1, its neutral ones as"
         " benign: the counter-examples that keep talk about the same groups allowed. ETHOS"
         " (GPL-3.0) is dev and test only; its comments most annotators said incite violence"

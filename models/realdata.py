@@ -19,11 +19,15 @@ Targets for real lines (labels in `models.corpus.LABELS` order):
 - labelled research data (`models/labelled.py`), each split within itself by the same hash:
   - `davidson` tweets: hate -> `identity_attack` at the share of annotators who called it hate
     and `toxicity` at the share who called it hate or offensive (the label names a target
-    group); offensive -> the teachers' distillation, as for the benign pools (Davidson's
-    "offensive" is mostly slurs and swearing used casually, which our labels do not call an
-    attack unless both teachers hear one), capped in train; neither -> 0 (the annotators saw
-    nothing), `obscene` lexical; with teachers, the hate tweets' targets are also distilled
-    and never fall below the annotators' shares;
+    group); neither -> 0 (the annotators saw nothing), `obscene` lexical; with teachers, the
+    hate tweets' targets are also distilled and never fall below the annotators' shares.
+    Offensive tweets are dev and test only (FAMILY_CAPS): they are mostly slurs and swearing
+    used casually, and the only target they could train on is the teachers' distillation,
+    which calls most of them insults (57% of the 3,000 the first labelled build kept got a
+    target of at least 0.5: 1,720 rude lines, seen twice each, more than every other real
+    source's rude lines together). That build lost the real-text targets this recipe's model
+    met (toxic web snippets, the identity probe) and blocked short gaming lines: the casual
+    register was learnt as toxic;
   - `toxigen` statements: hate -> `identity_attack` and `toxicity` 1 (curated implicit hate:
     stereotypes and dehumanisation without slurs); neutral -> 0, the counter-examples that
     keep benign talk about the same groups allowed;
@@ -88,11 +92,12 @@ EVAL_ONLY = ("insults", "ethos", "openai_moderation", "stormfront")
 # The family names the report and the tuner count by, in the labelled sources.
 HATE, THREAT = "hate", "threat"
 GROUP_NEUTRAL = ("toxigen", "neutral")  # neutral statements about groups: held to a flag limit
-# Train lines kept per (source, family), by the same hash order: Davidson's 19k offensive
-# tweets would otherwise outnumber every other real source, and they teach one register.
-FAMILY_CAPS = {("davidson", "offensive"): 3_000}
+# Train lines kept per (source, family), by the same hash order. Davidson's offensive tweets
+# are not trained on at all: no human label says whom they attack, and distilled, most of them
+# teach that casual rude tweet register is an insult (the docstring above).
+FAMILY_CAPS = {("davidson", "offensive"): 0}
 # Labelled lines the teachers' distillation refines, never below the annotators' target.
-DISTIL_FAMILIES = {("davidson", "hate"), ("davidson", "offensive")}
+DISTIL_FAMILIES = {("davidson", "hate")}
 # A published test set is judged on, never tuned on: every line is test.
 TEST_ONLY_SHARES = {"train": 0.0, "dev": 0.0}
 # ETHOS's threats are most of the real threats there are: a tenth tunes, the rest makes the

@@ -291,3 +291,16 @@ def test_report_targets_judge_the_pooled_labelled_figures() -> None:
     pooled["threat"] = rates(204, 0.9)
     assert "fewer" not in report._labelled_targets({"labelled": {"pooled": pooled}})[2][0]
     assert report._labelled_targets({}) == []  # a report from before the labelled data
+
+
+def test_offensive_tweets_are_not_trained_on() -> None:
+    # Distilled, they taught the first labelled build that casual rude register is an insult.
+    def line(text: str, family: str) -> realdata.Line:
+        return realdata.Line(
+            text, "davidson", "train", family == "hate", family, (0.0,) * len(LABELS)
+        )
+
+    lines = [line(f"offensive tweet {i}", "offensive") for i in range(5)]
+    lines += [line("hateful tweet", "hate"), line("plain tweet", "neither")]
+    texts = {t for t, _ in realdata.training_lines(lines)}
+    assert texts == {"hateful tweet", "plain tweet"}
