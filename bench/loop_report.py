@@ -68,15 +68,30 @@ def drain_rows(drains: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return out
 
 
-def trips_rows(drains: Sequence[Mapping[str, Any]]) -> list[list[str]]:
-    """Redis round trips per message by part, each arm's mean over its drains."""
+def _arm_mean(rows: Sequence[Mapping[str, Any]], arm: str, part: str) -> float | None:
+    return _mean([(r.get("round_trips_per_msg") or {}).get(part) for r in _rows_of(rows, arm)])
+
+
+def trips_rows(
+    drains: Sequence[Mapping[str, Any]], lat: Sequence[Mapping[str, Any]] = ()
+) -> list[list[str]]:
+    """Redis round trips per message by part, each arm's mean over its drains (and open-loop
+    runs, when there are some)."""
     rows = []
     for part, what in (*PARTS, ("total", "total")):
-        means = [_mean([(r.get("round_trips_per_msg") or {}).get(part)
-                        for r in _rows_of(drains, arm)]) for arm in ("off", "on")]  # fmt: skip
+        cells = [_arm_mean(drains, arm, part) for arm in ("off", "on")]
+        if lat:
+            cells += [_arm_mean(lat, arm, part) for arm in ("off", "on")]
         rows.append([f"`{part}`: {what}" if part != "total" else "**total**",
-                     *(_f(m, 3) for m in means)])  # fmt: skip
+                     *(_f(c, 3) for c in cells)])  # fmt: skip
     return rows
+
+
+def batch_size(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """Messages per fetched batch on the on arm: each batch makes one `review` round trip (its
+    channels' rings pushed), so it is 1 / that per message."""
+    per = _arm_mean(rows, "on", "review")
+    return 1 / per if per else None
 
 
 def latency_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
@@ -163,14 +178,22 @@ def section_loop(loop: Mapping[str, Any] | None, label: str, note: str = "") -> 
         met = None if share is None else share >= TARGET_LOOP_SHARE
         out += ["Target: the loop on drains at least 90% of the rate of off: "
                 + verdict(met, how) + ".", ""]  # fmt: skip
-        out += [
-            "Redis round trips per message, by part (each arm's mean over its drains; a "
-            "pipeline or a script is one round trip):",
-            "",
-            table(["part", "off", "on"], trips_rows(drains)),
-            "",
-        ]
     lat = loop.get("latency") or []
+    if drains:
+        heads = ["part", "drain: off", "drain: on"]
+        if lat:
+            heads += ["open loop: off", "open loop: on"]
+        sizes = [f"{_f(batch_size(rows))} messages per fetched batch in the {what}"
+                 for rows, what in ((drains, "drain"), (lat, "open loop")) if rows]  # fmt: skip
+        out += [
+            "Redis round trips per consumed message, by part (each arm's mean over its runs; a "
+            "command, a pipeline or a script is one round trip). Each part makes at most one "
+            "per fetched batch, so per message they shrink as batches grow: on, "
+            + " and ".join(sizes) + ". The sweep runs once a second whatever the traffic.",
+            "",
+            table(heads, trips_rows(drains, lat)),
+            "",
+        ]  # fmt: skip
     if lat:
         p99 = {arm: _mean([r.get("p99_ms") for r in _rows_of(lat, arm)]) for arm in ("off", "on")}
         out += [

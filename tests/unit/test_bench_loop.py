@@ -157,7 +157,8 @@ def test_the_section_shows_the_pairs_the_ratio_and_the_round_trips() -> None:
     assert loop_report.HEADING in text
     assert "**met**: on drained 92% of the rate of off" in text
     assert "| loop on / off, backlog drain, MiniLM-L6 (default model) | ≥ 90% | 92% | met |" in text
-    assert "| **total** | 0.150 | 0.150 |" in text
+    assert "| **total** | 0.150 | 0.150 | - | - |" in text, "the open-loop run counted nothing"
+    assert "20.0 messages per fetched batch in the drain" in text
     assert "at the end of this section 2.0 2.0 2.0" in text
     assert "Open loop at 120.0 msgs/s" in text
     missed = report.render({"machine_label": "m", "loop": loop_results(400.0)})
