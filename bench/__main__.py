@@ -303,12 +303,13 @@ def write_report(results: dict[str, Any], out: Path, plot_dir: Path) -> None:
 
 def merge_loop(results: dict[str, Any], out: Path) -> None:
     """Put this run's loop section into the existing report, the rest of it as it was."""
-    from bench.loop_report import run_note, section_loop, splice
+    from bench.loop_report import headline_row, run_note, section_loop, splice, splice_target
 
     section = section_loop(results.get("loop"), str(results.get("machine_label", "")),
                            run_note(results))  # fmt: skip
     if section:
-        out.write_text(splice(out.read_text(), section))
+        text = splice(out.read_text(), section)
+        out.write_text(splice_target(text, headline_row(results.get("loop"))))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -260,3 +260,24 @@ def splice(document: str, section: Sequence[str]) -> str:
     if head and head[-1]:
         head.append("")
     return "\n".join([*head, *new, *gap, *tail]).rstrip("\n") + "\n"
+
+
+def splice_target(document: str, row: Sequence[str] | None) -> str:
+    """`document` with the loop's row of its Targets table replaced by `row`, or added as the
+    table's last row; unchanged when there is no row or no Targets table."""
+    if row is None:
+        return document
+    line = "| " + " | ".join(row) + " |"
+    lines = document.split("\n")
+    mine = [i for i, text in enumerate(lines) if text.startswith("| " + row[0] + " |")]
+    if mine:
+        lines[mine[0]] = line
+        return "\n".join(lines)
+    if "## Targets" not in lines:
+        return document
+    i = lines.index("## Targets") + 1
+    while i < len(lines) and not lines[i].startswith("|"):
+        i += 1
+    while i < len(lines) and lines[i].startswith("|"):
+        i += 1
+    return "\n".join([*lines[:i], line, *lines[i:]])

@@ -177,3 +177,14 @@ def test_a_loop_run_alone_replaces_only_its_section_of_an_existing_report() -> N
     assert again.endswith("- x\n")
     assert "terms" in again
     assert loop_report.splice("# B\n", section).startswith("# B\n\n" + loop_report.HEADING)
+
+
+def test_a_loop_run_alone_puts_its_row_in_the_targets_table_once() -> None:
+    old = "# B\n\n## Targets\n\n| measure | target |\n| --- | --- |\n| ladder | met |\n\n## 1. L\n"
+    row = loop_report.headline_row(loop_results(460.0))
+    once = loop_report.splice_target(old, row)
+    assert once.index("| ladder | met |") < once.index("| loop on / off") < once.index("## 1.")
+    again = loop_report.splice_target(once, loop_report.headline_row(loop_results(400.0)))
+    assert again.count("| loop on / off") == 1
+    assert "| 80% | missed |" in again
+    assert loop_report.splice_target("# B\n", row) == "# B\n"
