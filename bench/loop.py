@@ -92,11 +92,13 @@ def arm_order(pairs: int) -> list[tuple[int, str]]:
     return out
 
 
-def traffic(prefix: str, n: int, sent_at_ms: int) -> list[tuple[bytes, bytes, str]]:
+def traffic(
+    prefix: str, n: int, sent_at_ms: int, seed: int = SEED
+) -> list[tuple[bytes, bytes, str]]:
     """The load generator's first `n` records for the bench's seed ((key, value, message_id)),
     all stamped `sent_at_ms`: a backlog. The load generator's open-loop run with the same seed
     sends the same texts from the same users to the same channels."""
-    gen = TrafficGenerator(run_id=prefix, seed=SEED, dup_ratio=DUP_RATIO,
+    gen = TrafficGenerator(run_id=prefix, seed=seed, dup_ratio=DUP_RATIO,
                            toxic_ratio=TOXIC_RATIO, channels=CHANNELS)  # fmt: skip
     return [(r.key, r.value, r.message_id) for r in (gen.next_record(sent_at_ms) for _ in range(n))]
 
@@ -239,13 +241,15 @@ class LoopBench:
         return out
 
     def _profile(self, pid: int, names: TopicSet, n: int, rate: float) -> dict[str, Any] | None:
-        """py-spy over a second drain of fresh records (not timed): where the on arm's time goes,
+        """py-spy over a second drain of new traffic (not timed): where the on arm's time goes,
         and the share of it in the loop's own modules."""
         out = self.workdir / f"profile-{pid}.txt"
         spy = start_profile(pid, n / max(rate, 1.0), out)
         if spy is None:
             return None
-        run(drain_records(self.bootstrap, names, traffic(f"prof{pid}", n, _now_ms()), 300))
+        # Another seed: the timed drain's texts are all in the cache by now.
+        fresh = traffic(f"prof{pid}", n, _now_ms(), seed=SEED + 1)
+        run(drain_records(self.bootstrap, names, fresh, 300))
         _, err = spy.communicate(timeout=120)
         if spy.returncode != 0 or not out.is_file():
             log.warning("py-spy failed (%s): %s", spy.returncode, err.decode(errors="replace"))

@@ -4,10 +4,10 @@ formatting, no timing, no servers."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 
-from bench.cpu import ROLES, model_ms
+from bench.cpu import ROLES, harness_ms, model_ms
 
 TARGET_LOOP_SHARE = 0.90  # issue 29: the loop on drains at least 90% of the rate of off
 HEADING = "## 7. The moderation loop's cost, off vs on"
@@ -46,6 +46,11 @@ def _fired(row: Mapping[str, Any]) -> str:
     if overridden:
         rules["override"] = overridden
     return ", ".join(f"{k} {v}" for k, v in rules.items()) or "none"
+
+
+def _loop_cpu(row: Mapping[str, Any]) -> float | None:
+    value = (row.get("cpu_ms_per_msg") or {}).get("event loop")
+    return None if value is None else float(value)
 
 
 def _trips(row: Mapping[str, Any]) -> float | None:
@@ -103,6 +108,54 @@ def latency_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
                     *(_f(cpu.get(role), 2) for role in ROLES), _f(cpu.get("total"), 2),
                     _f(_trips(r), 3)])  # fmt: skip
     return out
+
+
+def moderator_cpu(row: Mapping[str, Any]) -> float | None:
+    """The moderator's own CPU-ms per message (event loop and model threads): the run's CPU
+    split without the broker and the harness."""
+    cpu = row.get("cpu_ms_per_msg") or {}
+    total = cpu.get("total")
+    return None if total is None else float(total) - harness_ms(cpu)
+
+
+def cpu_share(drains: Sequence[Mapping[str, Any]]) -> tuple[float, float, float] | None:
+    """(off, on) mean moderator CPU-ms per message over the drains, and off / on: the share of
+    the rate of off that on would drain were the moderator alone on the cores and CPU-bound.
+    CPU time moves less than wall time when other processes take the cores."""
+    off, on = (_mean([moderator_cpu(d) for d in _rows_of(drains, arm)]) for arm in ("off", "on"))
+    if not off or not on:
+        return None
+    return off, on, off / on
+
+
+ON_PATH = ("users_before", "users_after", "review")  # awaited in turn on a batch's path
+
+
+def _path_note(lat: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the loop adds to a message's path in the open loop: the round trips it waits for."""
+    extra = {part: (_arm_mean(lat, "on", part) or 0.0) - (_arm_mean(lat, "off", part) or 0.0)
+             for part in ON_PATH}  # fmt: skip
+    p50 = [_median_of(lat, arm, "p50_ms") for arm in ("off", "on")]
+    if p50[0] is None or p50[1] is None or sum(extra.values()) <= 0:
+        return []
+    parts = ", ".join(f"`{part}` {v:.2f}" for part, v in extra.items())
+    return [f"On, a message's path waits for {sum(extra.values()):.2f} more Redis round trips "
+            f"per message than off ({parts}), one after the other on the event loop (a fetched "
+            f"batch is {_f(batch_size(lat))} messages at this rate). The median p50 is "
+            f"{_f(p50[1] - p50[0])} ms higher on.", ""]  # fmt: skip
+
+
+def _median_of(rows: Sequence[Mapping[str, Any]], arm: str, key: str) -> float | None:
+    values = [float(r[key]) for r in _rows_of(rows, arm) if r.get(key) is not None]
+    return median(values) if values else None
+
+
+def _series(rows: Sequence[Mapping[str, Any]], arm: str, key: str) -> str:
+    """'11.1, 16.7 ms (median 13.9)': an arm's values in the order run, and their median."""
+    values = [float(r[key]) for r in _rows_of(rows, arm) if r.get(key) is not None]
+    if not values:
+        return "-"
+    return f"{', '.join(_f(v) for v in values)} ms (median {_f(median(values))})"
 
 
 def loop_share(loop: Mapping[str, Any]) -> float | None:
@@ -178,6 +231,18 @@ def section_loop(loop: Mapping[str, Any] | None, label: str, note: str = "") -> 
         met = None if share is None else share >= TARGET_LOOP_SHARE
         out += ["Target: the loop on drains at least 90% of the rate of off: "
                 + verdict(met, how) + ".", ""]  # fmt: skip
+        if (by_cpu := cpu_share(drains)) is not None:
+            off_ms, on_ms, est = by_cpu
+            out += [f"By CPU time, which other processes on the machine move less than wall "
+                    f"time: the moderator's own CPU per message (event loop and model threads, "
+                    f"from /proc), mean over each arm's drains, is {_f(off_ms, 3)} ms off and "
+                    f"{_f(on_ms, 3)} ms on ({_pct(on_ms / off_ms - 1)} more); were the moderator "
+                    f"alone on the cores, on would drain {_pct(est)} of the rate of off "
+                    f"({'at or above' if est >= TARGET_LOOP_SHARE else 'below'} the 90% "
+                    "target). The event loop's share of that: "
+                    f"{_f(_mean([_loop_cpu(d) for d in _rows_of(drains, 'off')]), 3)} ms off, "
+                    f"{_f(_mean([_loop_cpu(d) for d in _rows_of(drains, 'on')]), 3)} ms on.",
+                    ""]  # fmt: skip
     lat = loop.get("latency") or []
     if drains:
         heads = ["part", "drain: off", "drain: on"]
@@ -195,7 +260,6 @@ def section_loop(loop: Mapping[str, Any] | None, label: str, note: str = "") -> 
             "",
         ]  # fmt: skip
     if lat:
-        p99 = {arm: _mean([r.get("p99_ms") for r in _rows_of(lat, arm)]) for arm in ("off", "on")}
         out += [
             f"### Open loop at {_f(loop.get('rate'))} msgs/s ({label})",
             "",
@@ -207,8 +271,12 @@ def section_loop(loop: Mapping[str, Any] | None, label: str, note: str = "") -> 
             table(["pair", "arm", "p50 ms", "p99 ms", "p99.9 ms", "decided", *ROLES,
                    "total CPU-ms", "Redis trips/msg"], latency_rows(lat)),
             "",
-            f"Mean p99: off {_f(p99['off'])} ms, on {_f(p99['on'])} ms.",
+            "Per arm, pair by pair (a busy moment of the shared machine lands on one run: "
+            "the median reads through it): "
+            + "; ".join(f"{arm}: p50 {_series(lat, arm, 'p50_ms')}, p99 "
+                        f"{_series(lat, arm, 'p99_ms')}" for arm in ("off", "on")) + ".",
             "",
+            *_path_note(lat),
         ]  # fmt: skip
     out += _profile(drains)
     return out

@@ -159,8 +159,10 @@ def test_the_section_shows_the_pairs_the_ratio_and_the_round_trips() -> None:
     assert "| loop on / off, backlog drain, MiniLM-L6 (default model) | ≥ 90% | 92% | met |" in text
     assert "| **total** | 0.150 | 0.150 | - | - |" in text, "the open-loop run counted nothing"
     assert "20.0 messages per fetched batch in the drain" in text
+    assert "the moderator's own CPU per message" in text
     assert "at the end of this section 2.0 2.0 2.0" in text
     assert "Open loop at 120.0 msgs/s" in text
+    assert "off: p50 12.0 ms (median 12.0), p99 40.0 ms (median 40.0); on: p50 -" in text
     missed = report.render({"machine_label": "m", "loop": loop_results(400.0)})
     assert "**missed**: on drained 80%" in missed
 
@@ -188,3 +190,26 @@ def test_a_loop_run_alone_puts_its_row_in_the_targets_table_once() -> None:
     assert again.count("| loop on / off") == 1
     assert "| 80% | missed |" in again
     assert loop_report.splice_target("# B\n", row) == "# B\n"
+
+
+def test_the_cpu_estimate_is_the_moderators_cpu_per_message_off_over_on() -> None:
+    def cpu(arm: str, loop_ms: float, model: float) -> dict[str, Any]:
+        return {**drain(arm, 0, 1.0), "cpu_ms_per_msg": {
+            "event loop": loop_ms, "scorer": model, "broker": 1.0, "load generator": 1.0,
+            "total": loop_ms + model + 2.0}}  # fmt: skip
+
+    got = loop_report.cpu_share([cpu("off", 0.3, 1.5), cpu("on", 0.5, 1.5), cpu("on", 0.3, 1.5)])
+    assert got == (pytest.approx(1.8), pytest.approx(1.9), pytest.approx(1.8 / 1.9))
+    assert loop_report.cpu_share([cpu("off", 0.3, 1.5)]) is None
+
+
+def test_the_open_loop_note_names_the_round_trips_on_the_path_and_the_p50_difference() -> None:
+    def row(arm: str, p50: float, per_msg: float) -> dict[str, Any]:
+        trips = {"users_before": per_msg, "users_after": per_msg, "review": per_msg}
+        return {"arm": arm, "pair": 0, "p50_ms": p50, "round_trips_per_msg": trips}
+
+    note = " ".join(loop_report._path_note([row("off", 10.0, 0.0), row("on", 19.0, 0.5)]))
+    assert "1.50 more Redis round trips per message" in note
+    assert "a fetched batch is 2.0 messages" in note
+    assert "The median p50 is 9.0 ms higher on." in note
+    assert loop_report._path_note([row("off", 10.0, 0.0), row("on", 19.0, 0.0)]) == []
