@@ -1,6 +1,7 @@
 """`python -m bench [--quick]`: run the benchmark suite and regenerate BENCHMARKS.md.
 
-Sections run in order (ladder, pipeline with memory, scale-up); after each one the results are
+Sections run in order (terms, ladder, pipeline with memory, spin, scale-up, loop: the moderation
+loop's cost, off vs on); after each one the results are
 saved (`models/build/bench/results.json`) and the report and plots are written, so a partial run
 still leaves a report. `--report-only` re-renders the report from the saved results.
 """
@@ -29,7 +30,8 @@ from moderator.config import REPO_ROOT
 
 log = logging.getLogger("bench")
 
-SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms")
+SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms", "loop")
+KAFKA_SECTIONS = {"pipeline", "spin", "scaleup", "loop"}
 RESULTS_FILE = artifacts.BENCH_BUILD_DIR / "results.json"
 SPIN_FALLBACK_RATE = {"distilbert-base": 80.0, "minilm-l6": 200.0}  # without a pipeline run
 
@@ -44,6 +46,7 @@ class Plan:
     scaleup_duration_s: float
     profile: bool
     shapes: tuple[str, ...]  # models the pipeline and scale-up sections run
+    loop_pairs: int  # (off, on) pairs of the loop section (the default model)
 
 
 FULL = Plan(
@@ -55,10 +58,11 @@ FULL = Plan(
     12.0,
     True,
     ("distilbert-base", "minilm-l6"),
+    3,
 )
 # The smoke version: short time boxes, and only the default model through Kafka.
 QUICK = Plan(
-    1.5, 120, 120, {"distilbert-base": 500, "minilm-l6": 1500}, 4.0, 4.0, False, ("minilm-l6",)
+    1.5, 120, 120, {"distilbert-base": 500, "minilm-l6": 1500}, 4.0, 4.0, False, ("minilm-l6",), 2
 )
 
 
@@ -74,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="intra-op threads (default: the cores we may use)")  # fmt: skip
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     p.add_argument("--report-only", action="store_true", help="re-render from --results")
+    p.add_argument("--merge", action="store_true",
+                   help="with --sections loop: replace only the loop section of --out, keeping "
+                   "the rest of the file")  # fmt: skip
     return p
 
 
@@ -110,7 +117,10 @@ class Bench:
         self.results["duration_s"] = round(time.monotonic() - self.started)
         self.args.results.parent.mkdir(parents=True, exist_ok=True)
         self.args.results.write_text(json.dumps(self.results, indent=1, default=str))
-        write_report(self.results, self.args.out, self.args.plots)
+        if self.args.merge and self.args.out.is_file():
+            merge_loop(self.results, self.args.out)
+        else:
+            write_report(self.results, self.args.out, self.args.plots)
 
     def ladder(self) -> None:
         from bench import ladder
@@ -198,6 +208,24 @@ class Bench:
             self.sample_load(f"scale-up {shape}")
             self.save()
 
+    def loop(self, bootstrap: str, broker_pid: int | None = None) -> None:
+        """The moderation loop's cost, off vs on, on the default model (bench/loop.py)."""
+        from bench.loop import LoopPlan, run_loop
+
+        plan = LoopPlan(pairs=self.plan.loop_pairs, backlog=self.plan.backlog["minilm-l6"],
+                        duration_s=self.plan.latency_duration_s,
+                        profile=self.plan.profile and not self.args.no_profile)  # fmt: skip
+
+        def checkpoint(partial: dict[str, Any]) -> None:
+            self.results["loop"] = partial
+            self.save()
+
+        self.results["loop"] = run_loop(bootstrap, artifacts.DEFAULT_MODEL_DIR, plan,
+                                        threads=self.threads, broker_pid=broker_pid or 0,
+                                        checkpoint=checkpoint)  # fmt: skip
+        self.sample_load("loop minilm-l6")
+        self.save()
+
     def _models(self) -> list[tuple[str, Path]]:
         dirs = {"distilbert-base": artifacts.distilbert_model_dir,
                 "minilm-l6": lambda: artifacts.DEFAULT_MODEL_DIR}  # fmt: skip
@@ -273,6 +301,17 @@ def write_report(results: dict[str, Any], out: Path, plot_dir: Path) -> None:
     out.write_text(report.render(results, notes))
 
 
+def merge_loop(results: dict[str, Any], out: Path) -> None:
+    """Put this run's loop section into the existing report, the rest of it as it was."""
+    from bench.loop_report import headline_row, run_note, section_loop, splice, splice_target
+
+    section = section_loop(results.get("loop"), str(results.get("machine_label", "")),
+                           run_note(results))  # fmt: skip
+    if section:
+        text = splice(out.read_text(), section)
+        out.write_text(splice_target(text, headline_row(results.get("loop"))))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s",
@@ -280,7 +319,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("loadgen").setLevel(logging.INFO)
     if args.report_only:
         results = json.loads(args.results.read_text())
-        write_report(results, args.out, args.plots)
+        if args.merge and args.out.is_file():
+            merge_loop(results, args.out)
+        else:
+            write_report(results, args.out, args.plots)
         print(f"wrote {args.out}")
         return 0
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -298,10 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.save()
     if "ladder" in sections:
         bench.ladder()
-    if {"pipeline", "spin", "scaleup"} & set(sections):
+    if KAFKA_SECTIONS & set(sections):
         from devstack.embedded import EmbeddedKafka
 
-        artifacts.build_all()
+        if (KAFKA_SECTIONS - {"loop"}) & set(sections):
+            artifacts.build_all()  # the loop section runs the shipped model alone
         with EmbeddedKafka() as kafka:
             if "pipeline" in sections:
                 bench.pipeline(kafka.bootstrap, kafka.pid)
@@ -309,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench.spin(kafka.bootstrap)
             if "scaleup" in sections:
                 bench.scaleup(kafka.bootstrap)
+            if "loop" in sections:
+                bench.loop(kafka.bootstrap, kafka.pid)
     bench.save()
     print(f"wrote {args.out} in {bench.results['duration_s']} s")
     return 0

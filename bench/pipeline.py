@@ -100,9 +100,12 @@ def latency_run(
     *,
     broker_pid: int = 0,
     harness_cores: frozenset[int] | None = None,
+    dup_ratio: float = 0.0,
+    counters: Callable[[Samples, Samples], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Open-loop load at `rate` against a fresh moderator (the load generator, dup_ratio 0), with
-    the CPU each role spent per decided message and the scorer's batches (bench/cpu.py).
+    """Open-loop load at `rate` against a fresh moderator (the load generator, `dup_ratio` 0 by
+    default), with the CPU each role spent per decided message and the scorer's batches
+    (bench/cpu.py); `counters` reads more from the metrics before and after (`out["counters"]`).
 
     `harness_cores`: pin the load generator and the broker (`broker_pid`) there, while
     `cfg.cores` holds the moderator, so the service's own curve is told apart from the share of
@@ -120,7 +123,7 @@ def latency_run(
                 run_load(
                     LoadConfig(
                         bootstrap=bootstrap, rate=round(rate, 1), duration_s=duration_s,
-                        dup_ratio=0.0, in_topic=names.in_topic, out_topic=names.out_topic,
+                        dup_ratio=dup_ratio, in_topic=names.in_topic, out_topic=names.out_topic,
                         dlq_topic=names.dlq_topic, hop=False, seed=SEED, drain_timeout_s=20.0,
                     ),
                     hop=hop,
@@ -134,6 +137,8 @@ def latency_run(
     out["cpu_seconds"] = {role: round(v, 3) for role, v in split.items()}
     if before is not None and after is not None:
         out["batches"] = batch_stats(before, after)
+        if counters is not None:
+            out["counters"] = counters(before, after)
     log.info("%s at %.0f/s: p50 %s p99 %s ms, %d missing", tag, rate, out["p50_ms"],
              out["p99_ms"], out["missing"])  # fmt: skip
     return out

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.cpu import ROLES, harness_ms, model_ms
+from bench.loop_report import headline_row, run_note, section_loop
 
 TARGET_LADDER_X = 30.0
 TARGET_PIPELINE_SHARE = 0.90
@@ -547,6 +548,7 @@ def render(results: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
     out += section_profile(results.get("pipeline"))
     out += section_spin(results.get("spin"), label)
     out += section_terms(results.get("terms"), label)
+    out += section_loop(results.get("loop"), label, run_note(results))
     notes = [*observations(results), *notes]
     if notes:
         out += ["## Reading the numbers", "", *[f"- {n}" for n in notes], ""]
@@ -596,6 +598,8 @@ def _headline(results: Mapping[str, Any]) -> list[str]:
                     _mark(res["cache_ratio"], TARGET_CACHE_X),
                 ]
             )
+    if (row := headline_row(results.get("loop"))) is not None:
+        rows.append(row)
     if not rows:
         return []
     return ["## Targets", "", table(["measure", "target", "measured", ""], rows), ""]

@@ -44,6 +44,7 @@ class ModeratorConfig:
     cache: bool = False  # True: L1 (default size) + a fresh Redis; False: no cache at all
     module: str = "moderator"  # run as `python -m MODULE run` (a diagnostic may wrap it)
     cores: frozenset[int] | None = None  # pin the moderator to these cores (None: anywhere)
+    settings: tuple[tuple[str, str], ...] = ()  # more settings, e.g. (("review_context", "0"),)
 
     def env(self, bootstrap: str, names: TopicSet, redis_url: str) -> dict[str, str]:
         no_cache = {} if self.cache else {"l1_cache_size": "0"}
@@ -51,7 +52,7 @@ class ModeratorConfig:
             kafka_bootstrap=bootstrap, **asdict(names), model_dir=self.model_dir,
             threads=self.threads, batch_threads=self.batch_threads, redis_url=redis_url,
             degraded_mode="off",  # every message waits for the model
-            **no_cache,
+            **no_cache, **dict(self.settings),
         )  # fmt: skip
 
 
@@ -134,7 +135,14 @@ async def drain(
     bootstrap: str, names: TopicSet, texts: Sequence[str], *, prefix: str, timeout_s: float
 ) -> DrainResult:
     """Produce `texts` as fast as the producer goes; time until every decision is back."""
-    messages = encode_messages(prefix, texts)
+    return await drain_records(bootstrap, names, encode_messages(prefix, texts), timeout_s)
+
+
+async def drain_records(
+    bootstrap: str, names: TopicSet, messages: Sequence[tuple[bytes, bytes, str]], timeout_s: float
+) -> DrainResult:
+    """Produce `messages` ((key, value, message_id) each) as fast as the producer goes; time
+    until every decision is back."""
     wanted = {mid for _, _, mid in messages}
     consumer = make_consumer(bootstrap)
     await consumer.start()

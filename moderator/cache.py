@@ -195,6 +195,7 @@ class ScoreCache:
 
         if not missing or self._redis is None or not self._redis_up.is_set():
             return results
+        self.metrics.redis_round_trips.labels("cache_read").inc()
         try:
             values = await asyncio.wait_for(
                 self._redis.mget([keys[i] for i in missing]), self.timeout_s
@@ -241,6 +242,7 @@ class ScoreCache:
             pipe = self._redis.pipeline(transaction=False)
             for key, value in batch:
                 pipe.set(key, value, ex=self.ttl_s)
+            self.metrics.redis_round_trips.labels("cache_write").inc()
             try:
                 await asyncio.wait_for(pipe.execute(), max(self.timeout_s * 4, 0.25))
             except (RedisError, OSError, TimeoutError) as exc:

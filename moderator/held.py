@@ -170,6 +170,7 @@ class HeldStore:
                 pipe.expire(key, ring_ttl_s)
             for h in held:
                 self._write(pipe, h, "held")
+            self._round_trip("review")
             try:
                 replies = await asyncio.wait_for(pipe.execute(), self.timeout_s)
             except REDIS_ERRORS as exc:
@@ -189,6 +190,7 @@ class HeldStore:
         client = self.cache.client
         args = (message_id, verdict_id, FINAL_KEEP_S)
         if client is not None:
+            self._round_trip("verdict")
             try:
                 status, raw = await asyncio.wait_for(
                     client.eval(_APPLY, 2, self.prefix + message_id, self.due_key, *args), SLOW_S
@@ -214,6 +216,7 @@ class HeldStore:
         if client is not None:
             try:
                 await self._move_to_redis(client)
+                self._round_trip("sweep")
                 reply = await asyncio.wait_for(
                     client.eval(_CLAIM, 1, self.due_key, now_ms, limit, LEASE_MS, self.prefix),
                     SLOW_S,
@@ -250,6 +253,7 @@ class HeldStore:
             pipe.hset(self.prefix + message_id, "state", "final")
             pipe.expire(self.prefix + message_id, FINAL_KEEP_S)
             pipe.zrem(self.due_key, message_id)
+        self._round_trip("sweep")
         try:
             await asyncio.wait_for(pipe.execute(), SLOW_S)
         except REDIS_ERRORS as exc:
@@ -263,6 +267,7 @@ class HeldStore:
         pipe = client.pipeline(transaction=False)
         for local in moving.values():
             self._write(pipe, local.held, local.state, local.by)
+        self._round_trip("sweep")
         await asyncio.wait_for(pipe.execute(), SLOW_S)
         for message_id in moving:
             del self._local[message_id]
@@ -281,6 +286,9 @@ class HeldStore:
             pipe.zadd(self.due_key, {held["message_id"]: held["expires_at_ms"]}, nx=True)
         else:
             pipe.expire(key, FINAL_KEEP_S)
+
+    def _round_trip(self, part: str) -> None:
+        self.metrics.redis_round_trips.labels(part).inc()
 
     def _fallen_back(self, n: int) -> None:
         self.metrics.review_fallbacks.inc(n)

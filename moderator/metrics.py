@@ -64,6 +64,10 @@ HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none"
 OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # moderator/overrides.py ACTIONS (a verdict's)
 USER_RULES = ("muted", "rate_limited", "spam", "link", "escalated")  # moderator/users.py
 USER_STEPS = ("before", "after")
+# Who makes a Redis round trip besides the users' state (its own counter, by step): the score
+# cache's reads (one MGET per batch with L1 misses) and background writes, the per-batch hold
+# (context rings and held messages), a verdict applied, and the timeout sweep.
+REDIS_PARTS = ("cache_read", "cache_write", "review", "verdict", "sweep")
 
 # Liveness: the event loop stamps a heartbeat this often; /healthz fails once the stamp is older
 # than the bound (a loop blocked that long serves nothing; a model batch runs off the loop).
@@ -117,6 +121,13 @@ class Metrics:
             "user_state_round_trips",
             "Redis calls for users' state, by step (one per batch)",
             "step",
+        )
+        self.redis_round_trips = counter(
+            "redis_round_trips",
+            "Redis calls (a command, a pipeline or a script: one round trip each) by part: "
+            "cache_read, cache_write, review, verdict, sweep (users' state: "
+            "user_state_round_trips)",
+            "part",
         )
         self.user_state_local = counter(
             "user_state_local",
@@ -235,6 +246,7 @@ class Metrics:
         _precreate(self.user_rules, *USER_RULES)
         _precreate(self.user_state_round_trips, *USER_STEPS)
         _precreate(self.user_state_local, *USER_STEPS)
+        _precreate(self.redis_round_trips, *REDIS_PARTS)
 
     def precreate_verdicts(self, labels: Iterable[str]) -> None:
         """Every agreement series at 0: a held message's label is one of the model's `labels`

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 from devstack.embedded import EmbeddedRedis
@@ -113,3 +114,44 @@ async def test_what_was_held_here_while_redis_was_away_moves_there_when_it_is_ba
     assert await one.claim_due(1_000) == []  # the sweep moves them to Redis
     assert (await two.apply("m-1", "v/0/3")).status == "applied"
     assert (await two.apply("m-2", "v/0/4")).status == "late", "its verdict went with it"
+
+
+def trips(metrics: Metrics) -> dict[str, float]:
+    samples = metrics.registry.collect()
+    return {s.labels["part"]: s.value for family in samples for s in family.samples
+            if s.name == "moderator_redis_round_trips_total"}  # fmt: skip
+
+
+async def test_each_redis_call_counts_one_round_trip_for_its_part(
+    fresh_redis: EmbeddedRedis,
+) -> None:
+    metrics = Metrics()
+    cache = ScoreCache(fresh_redis.url, metrics=metrics, ttl_s=60, l1_size=0, timeout_ms=200)
+    await cache.start()
+    try:
+        assert await cache.wait_redis(10)
+        store = HeldStore(cache, metrics, group="g", timeout_s=1.0)
+        assert set(trips(metrics).values()) == {0}, "every part's series exists from the start"
+        rings = {"c-1": [b'{"message_id": "m-0"}'], "c-2": [b'{"message_id": "m-9"}']}
+        await store.hold([held("m-1", 1_000), held("m-2", 10**13)], rings, ["c-1", "c-2"],
+                         ring_size=4, ring_ttl_s=60)  # fmt: skip
+        assert trips(metrics)["review"] == 1, "a batch's rings and held messages: one pipeline"
+        assert await store.hold([], {}, [], ring_size=4, ring_ttl_s=60) == {}
+        assert trips(metrics)["review"] == 1, "nothing to hold or push: no call"
+        await store.apply("m-2", "v/0/1")
+        assert trips(metrics)["verdict"] == 1
+        claimed = await store.claim_due(5_000)
+        await store.settle([h["message_id"] for h in claimed])
+        assert trips(metrics)["sweep"] == 2, "the claim script, then the settle pipeline"
+        await cache.get_many([b"k-1", b"k-2", b"k-3"])
+        assert trips(metrics)["cache_read"] == 1, "one MGET for a batch's misses"
+        await cache.get_many([])
+        assert trips(metrics)["cache_read"] == 1
+        cache.put_many([(b"k-1", np.zeros(2, dtype=np.float32))])
+        for _ in range(100):
+            if trips(metrics)["cache_write"]:
+                break
+            await asyncio.sleep(0.02)
+        assert trips(metrics)["cache_write"] == 1
+    finally:
+        await cache.stop()
