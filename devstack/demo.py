@@ -66,15 +66,17 @@ def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_rati
 
 async def _drive(config: LoadConfig, dev: ModeratorChild) -> tuple[LoadSummary, str]:
     """The chat, with the scripted moderator answering held messages meanwhile; then a verdict's
-    override shown, and the loop's report once every held message has ended."""
+    override shown, one user escalated and muted, and the loop's report once every held message
+    has ended."""
     from devstack import demo_loop
 
     async with demo_loop.reviewer(config.bootstrap) as desk:
         summary = await run_load(config, progress=print_progress)
         repeat = await demo_loop.repeat_a_verdict(config.bootstrap, desk)
+        lines = await demo_loop.escalate_a_user(config.bootstrap)
         samples = await demo_loop.wait_for_ends(dev)
         desk.check()
-    return summary, demo_loop.report(samples, desk, repeat)
+    return summary, demo_loop.report(samples, desk, repeat, lines)
 
 
 def _wait_ready(dev: ModeratorChild, metrics_port: int) -> None:

@@ -4,14 +4,20 @@ three with a verdict and leaves the third to its timeout, a verdict's text is se
 another channel to show the override it became, and the summary says what the loop did, as the
 moderator's own /metrics count it.
 
-User escalation (issue 29, item 3) is not in this build: `escalation` is where the demo will
-drive one user into escalation and a mute, and report it, once that part is merged.
+Escalation by user: the demo's policy counts strikes (`[users]`, a short mute) and denies a
+made-up word with `nudge`, so one user's lines decide the same on every run without the model.
+After the chat, that user posts the word in several channels, one line at a time (each decided
+before the next is sent, so the strikes count in order): the line past the limit goes one step up
+(`nudge` → `review`) and mutes the user, a line of theirs during the mute is `muted`, and one
+after it ends is decided normally. The chat's own users count strikes under the same policy, so
+the moderator's totals may hold some of theirs too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,14 +37,26 @@ MODERATOR_ID = "demo-mod"
 OVERRIDE_CHANNEL = "demo-elsewhere"
 OVERRIDE_WAIT_S = 10.0
 SWEEP_MARGIN_S = 3.0  # a held message times out within about a second of its timeout
+STRIKES = 2  # flagged lines within the window before the next is escalated
+MUTE_S = 5  # the escalated user's mute: short, so the demo shows it end
+ESCALATED_USER = "demo-escalated"
+DEMO_TERM = "zorblax"  # a made-up word the demo's policy nudges (no chat line has it)
+ESCALATION_CHANNELS = ("demo-esc-1", "demo-esc-2", "demo-esc-3")
+FLAGGED = (f"you are a {DEMO_TERM}", f"{DEMO_TERM} everywhere", f"such a {DEMO_TERM}")
+WHILE_MUTED = "ok sorry, calming down"
+AFTER_MUTE = "good game everyone"
 
 
 def demo_policy(directory: Path, user_policy: str | None) -> Path:
     """The policy the demo's moderator runs: the user's (MODERATOR_POLICY) or the default, with
-    the demo's short review timeout."""
+    the demo's short review timeout, strikes with a short mute, and its made-up word nudged."""
     spec = read_spec(Path(user_policy) if user_policy else None)
+    users = {**spec.get("users", {}), "strikes": STRIKES, "mute_s": MUTE_S, "mute_scope": "all"}
+    term = {"term": DEMO_TERM, "category": "demo", "action": "nudge", "severity": "low"}
+    demo = {"review_timeout_s": REVIEW_TIMEOUT_S, "users": users,
+            "deny": [*spec.get("deny", []), term]}  # fmt: skip
     path = directory / "demo-policy.json"
-    path.write_bytes(orjson.dumps({**spec, "review_timeout_s": REVIEW_TIMEOUT_S}))
+    path.write_bytes(orjson.dumps({**spec, **demo}))
     return path
 
 
@@ -65,6 +83,39 @@ def reviewer(bootstrap: str) -> Reviewer:
     return Reviewer(bootstrap, s.review_topic, s.verdict_topic, rule)
 
 
+class Chat:
+    """`async with Chat(bootstrap) as chat:` then `await chat.say(...)`: one message sent, and
+    its decision read back from the decision topic (None when none came in time)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.settings = Settings()
+        self.consumer = make_consumer(bootstrap)
+        self.producer = make_producer(bootstrap)
+        self._sent = 0
+
+    async def __aenter__(self) -> Chat:
+        await self.consumer.start()
+        await self.producer.start()
+        await assign_at_end(self.consumer, [self.settings.out_topic])
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.producer.stop()
+        await self.consumer.stop()
+
+    async def say(
+        self, channel_id: str, user_id: str, text: str, timeout_s: float = OVERRIDE_WAIT_S
+    ) -> dict[str, Any] | None:
+        self._sent += 1
+        now_ms = int(time.time() * 1000)
+        message_id = f"demo-{user_id}-{now_ms}-{self._sent}"
+        value = {"message_id": message_id, "channel_id": channel_id, "user_id": user_id,
+                 "text": text, "sent_at_ms": now_ms}  # fmt: skip
+        topic = self.settings.in_topic
+        await self.producer.send_and_wait(topic, orjson.dumps(value), key=channel_id.encode())
+        return await _decision_of(self.consumer, message_id, timeout_s)
+
+
 async def repeat_a_verdict(bootstrap: str, desk: Reviewer) -> Repeat | None:
     """Send the text of the first held message a verdict decided again, in another channel, and
     read its decision: the verdict's override decides it (reason `override`), not the model."""
@@ -72,22 +123,35 @@ async def repeat_a_verdict(bootstrap: str, desk: Reviewer) -> Repeat | None:
     if sent is None:
         return None
     text = desk.held[sent.message_id]["text"]
-    s = Settings()
-    consumer = make_consumer(bootstrap)
-    producer = make_producer(bootstrap)
-    await consumer.start()
-    await producer.start()
-    try:
-        await assign_at_end(consumer, [s.out_topic])
-        message_id = f"demo-repeat-{int(time.time() * 1000)}"
-        value = {"message_id": message_id, "channel_id": OVERRIDE_CHANNEL, "user_id": "demo-user",
-                 "text": text, "sent_at_ms": int(time.time() * 1000)}  # fmt: skip
-        await producer.send_and_wait(s.in_topic, orjson.dumps(value), key=OVERRIDE_CHANNEL.encode())
-        decision = await _decision_of(consumer, message_id, OVERRIDE_WAIT_S)
-    finally:
-        await producer.stop()
-        await consumer.stop()
+    async with Chat(bootstrap) as chat:
+        decision = await chat.say(OVERRIDE_CHANNEL, "demo-user", text)
     return Repeat(text, sent.verdict, decision)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the escalated user's, and the decision it got (None: none in time)."""
+
+    channel_id: str
+    text: str
+    decision: dict[str, Any] | None
+
+
+async def escalate_a_user(bootstrap: str) -> list[Line]:
+    """One user's lines, each decided before the next is sent: `STRIKES` flagged lines (strikes),
+    one more (escalated, and the mute begins), a friendly line while muted, and one after the
+    mute has ended."""
+    script = [*zip(ESCALATION_CHANNELS, FLAGGED, strict=True)][: STRIKES + 1]
+    lines = []
+    async with Chat(bootstrap) as chat:
+        for channel_id, text in script:
+            lines.append(Line(channel_id, text, await chat.say(channel_id, ESCALATED_USER, text)))
+        muted = (ESCALATION_CHANNELS[0], WHILE_MUTED)
+        lines.append(Line(*muted, await chat.say(*_who(muted))))
+        await asyncio.sleep(MUTE_S + 0.5)  # the mute ends in message time: sent_at_ms past it
+        after = (ESCALATION_CHANNELS[1], AFTER_MUTE)
+        lines.append(Line(*after, await chat.say(*_who(after))))
+    return lines
 
 
 async def _decision_of(
@@ -101,6 +165,10 @@ async def _decision_of(
                 if decision.get("message_id") == message_id:
                     return decision
     return None
+
+
+def _who(line: tuple[str, str]) -> tuple[str, str, str]:
+    return line[0], ESCALATED_USER, line[1]
 
 
 async def wait_for_ends(dev: ModeratorChild) -> Samples | None:
@@ -125,9 +193,11 @@ def _ended(samples: Samples) -> int:
     return int(applied + samples.total("moderator_review_timeouts_total"))
 
 
-def report(samples: Samples | None, desk: Reviewer, repeat: Repeat | None) -> str:
+def report(
+    samples: Samples | None, desk: Reviewer, repeat: Repeat | None, user: Sequence[Line] = ()
+) -> str:
     """The loop's part of the summary: held, verdicts, final decisions, timeouts, the override
-    (from the moderator's /metrics and the demo's own reads), then escalation's place."""
+    (from the moderator's /metrics and the demo's own reads), then the escalated user's lines."""
     if samples is None:
         return "moderation loop: moderator /metrics did not answer"
 
@@ -143,7 +213,7 @@ def report(samples: Samples | None, desk: Reviewer, repeat: Repeat | None) -> st
         f"  final decisions {_ended(samples)}: {outcome('applied')} by a verdict, {timeouts} "
         f"timed out to the policy's fallback after {REVIEW_TIMEOUT_S:g} s",
         f"  override        {_repeat_line(repeat)}",
-        *escalation(samples),
+        *escalation(samples, user),
     ]
     return "\n".join(lines)
 
@@ -158,11 +228,29 @@ def _repeat_line(repeat: Repeat | None) -> str:
     return f"{said}: {d.get('action')}, reason {d.get('reason')}"
 
 
-def escalation(samples: Samples) -> list[str]:
-    """User escalation's place in the summary (issue 29, item 3), not in this build yet.
+def escalation(samples: Samples, lines: Sequence[Line]) -> list[str]:
+    """The escalated user's lines as decided (from the decision topic), then what the users'
+    rules did in all (the moderator's `moderator_user_rules_total`)."""
 
-    TODO(escalation): once the escalation branch is merged, drive one user past the strike
-    limit and into a mute during the demo (its policy settings in `demo_policy`), and report
-    here the user escalated and muted, from the moderator's metrics and decisions.
-    """
-    return ["  escalation      not in this build yet (one user escalated and muted goes here)"]
+    def rule(name: str) -> int:
+        return int(samples.total("moderator_user_rules_total", rule=name))
+
+    out = [
+        f"  escalation      user {ESCALATED_USER} ({STRIKES} strikes, then one step up and "
+        f"muted for {MUTE_S} s):"
+    ]
+    for line in lines:
+        out.append(f"    {line.channel_id:<11} {line.text!r:<26} {_line_outcome(line.decision)}")
+    out.append(
+        f"  user rules      {rule('escalated')} decisions escalated, {rule('muted')} muted in all "
+        "(the chat's busiest users strike out too; their muted lines are blocks above)"
+    )
+    return out
+
+
+def _line_outcome(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return f"no decision within {OVERRIDE_WAIT_S:g} s"
+    reason = f", reason {d['reason']}" if d.get("reason") else ""
+    up = ", escalated" if d.get("escalated") else ""
+    return f"{d.get('action')}{reason}, strikes {d.get('strikes')}{up}"

@@ -43,8 +43,9 @@ from moderator.records import (
     encode_decision,
     parse_message,
 )
-from moderator.review import Review, Turn
-from moderator.users import Escalated, Escalation
+from moderator.review import Review
+from moderator.turns import Turn
+from moderator.users import Escalated, Escalation, UserTurns
 from moderator.verdicts import Judged, Reader, Screened, judge, screen
 
 
@@ -117,16 +118,21 @@ class Pipeline:
             self.cache.put_many([(key, future.result().scores)])
 
     async def process(self, records: Sequence[InboundRecord]) -> list[Outcome]:
-        """Outcomes for `records`, in the same order. Batches run concurrently; their review
-        steps in the order they started (moderator/review.py `Turn`)."""
+        """Outcomes for `records`, in the same order. Batches run concurrently; their users'
+        and review steps in the order they started (moderator/turns.py)."""
         turn = self.review.turn() if self.review is not None else None
+        user_turns = self.users.turn() if self.users is not None else None
         try:
-            return await self._process(records, turn)
-        finally:
+            return await self._process(records, turn, user_turns)
+        finally:  # a batch that failed before a step lets the next go
             if turn is not None:
-                turn.finish()  # a batch that failed before its review step lets the next go
+                turn.finish()
+            if user_turns is not None:
+                user_turns.finish()
 
-    async def _process(self, records: Sequence[InboundRecord], turn: Turn | None) -> list[Outcome]:
+    async def _process(
+        self, records: Sequence[InboundRecord], turn: Turn | None, user_turns: UserTurns | None
+    ) -> list[Outcome]:
         fetched = time.perf_counter()
         slots: list[Outcome | _Message] = []
         for record in records:  # validate
@@ -140,7 +146,8 @@ class Pipeline:
             slots.append(_Message(record, chat, self.policies.for_channel(chat.channel_id)))
         messages = [m for m in slots if isinstance(m, _Message)]
         if self.users is not None:  # muted, flooding, spamming or linking: without the model
-            early = await self.users.before([(m.chat, m.policy) for m in messages])
+            before = user_turns.before if user_turns is not None else None
+            early = await self.users.before([(m.chat, m.policy) for m in messages], before)
             for m, verdict in zip(messages, early, strict=True):
                 if verdict is not None:
                     m.decision = self._decide(
@@ -194,7 +201,7 @@ class Pipeline:
             )
         decided = [(m.chat, m.policy, _decided(m).verdict) for m in messages]
         if self.users is not None:  # strikes, and one step up the ladder past the limit
-            users = await self.users.after(decided)
+            users = await self.users.after(decided, user_turns.after if user_turns else None)
         else:
             users = [Escalated(verdict.action, 0, False) for _, _, verdict in decided]
         outcomes = [_outcome(m, u) for m, u in zip(messages, users, strict=True)]

@@ -24,10 +24,9 @@ both are acknowledged (moderator/publisher.py).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -37,6 +36,7 @@ from moderator.metrics import Metrics
 from moderator.policy import Policy
 from moderator.records import ChatMessage, Outcome
 from moderator.review_rules import REVIEW, review_rules
+from moderator.turns import Turn, Turns
 
 CONTEXT_TTL_S = 3600  # a channel silent for an hour has no context left to show
 # What a held message keeps of its decision as it was (strikes and escalated: 0 and false
@@ -137,24 +137,6 @@ def encode_review(held: Held, context: list[dict[str, Any]], *, context_missing:
     return orjson.dumps({**record, "context": context, "context_missing": context_missing})
 
 
-class Turn(NamedTuple):
-    """A batch's place among the review steps: it waits for `after` (the batch fetched before
-    it, None for the first) and ends with `done`, which `finish` sets however the batch ends."""
-
-    after: asyncio.Future[None] | None
-    done: asyncio.Future[None]
-
-    async def wait(self) -> None:
-        if self.after is not None:
-            await asyncio.wait(
-                {self.after}
-            )  # never cancels it: a later batch's cancel stays its own
-
-    def finish(self) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
-
-
 class Review:
     """The pipeline's hook after deciding: context rings, held messages, review records."""
 
@@ -170,15 +152,13 @@ class Review:
         self.store = store
         self.context = context
         self.context_bytes = context_bytes
-        self._last: asyncio.Future[None] | None = None  # the latest batch's turn's end
+        self._turns = Turns()
         metrics.precreate_verdicts(labels)
 
     def turn(self) -> Turn:
         """The next batch's turn; take it in fetch order (a batch's first step: asyncio starts
         tasks in the order they were made) and `finish` it however the batch ends."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        turn, self._last = Turn(self._last, done), done
-        return turn
+        return self._turns.take()
 
     async def after_decisions(
         self, decided: Sequence[tuple[ChatMessage, Policy, Outcome]], turn: Turn | None = None

@@ -14,6 +14,15 @@ and none when no message's policy has a rule on). A Redis call that fails or out
 timeout falls back to this process's own state, with one warning and
 `moderator_user_state_degraded` at 1; Redis is tried again after `RETRY_S`, and used again
 from the first call that succeeds. Strikes counted meanwhile stay in this process.
+
+Batches are decided concurrently, and each step runs one batch at a time in fetch order (a
+`UserTurns`, taken as the batch starts; moderator/turns.py), because the counts depend on the
+order: a message counts only what is already recorded up to its own `sent_at_ms`, so a later
+message's strike counted before an earlier one's is missed by both, and the escalation past the
+limit may not happen at all (strikes at t1 < t2 < t3 with `strikes = 2`: in order, t3 is
+escalated; counted t1, t3, t2, none is). The same holds for the flood count. Across instances
+there is no such order to keep, and a mute set by a batch's `after` holds from the batches whose
+`before` comes after it, not in one already being scored.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from moderator.normalize import normalize_text
 from moderator.policy import Policy, Verdict
 from moderator.records import ChatMessage
 from moderator.redaction import redact_url
+from moderator.turns import Turn, Turns
 from moderator.user_rules import escalated
 from moderator.user_state import MUTED, RATE_LIMITED, SPAM, MemoryState, RedisState, Seen, Strike
 
@@ -58,6 +68,17 @@ class Escalated(NamedTuple):
     escalated: bool
 
 
+class UserTurns(NamedTuple):
+    """A batch's turns in the two steps."""
+
+    before: Turn
+    after: Turn
+
+    def finish(self) -> None:
+        self.before.finish()
+        self.after.finish()
+
+
 class Escalation:
     """The user rules' state and the two calls; Redis when `redis_url`, else in-process."""
 
@@ -70,6 +91,7 @@ class Escalation:
         self._redis: RedisState | None = None
         self._degraded_at: float | None = None  # time.monotonic() of the last failure
         self._warned_at = -WARN_EVERY_S
+        self._turns = (Turns(), Turns())  # before, after
 
     async def start(self) -> None:
         if not self.redis_url or self._client is not None:
@@ -92,12 +114,22 @@ class Escalation:
     def degraded(self) -> bool:
         return self._degraded_at is not None
 
-    async def before(self, items: Sequence[tuple[ChatMessage, Policy]]) -> list[Verdict | None]:
-        """Per message, the decision the user rules make without the model, or None."""
+    def turn(self) -> UserTurns:
+        """The next batch's turns; take them in fetch order (a batch's first step) and `finish`
+        them however the batch ends."""
+        return UserTurns(self._turns[0].take(), self._turns[1].take())
+
+    async def before(
+        self, items: Sequence[tuple[ChatMessage, Policy]], turn: Turn | None = None
+    ) -> list[Verdict | None]:
+        """Per message, the decision the user rules make without the model, or None; after the
+        before steps of the batches fetched earlier (`turn`), which it then finishes."""
         counted = _counted_before(items)
         batch = [s for _, s in counted]
         remote = self._redis.before if self._redis is not None else None
-        codes = await self._call("before", self.memory.before, remote, batch)
+        codes = await _in_turn(
+            turn, lambda: self._call("before", self.memory.before, remote, batch)
+        )
         return self._before(items, counted, codes)
 
     def before_local(self, items: Sequence[tuple[ChatMessage, Policy]]) -> list[Verdict | None]:
@@ -105,12 +137,17 @@ class Escalation:
         counted = _counted_before(items)
         return self._before(items, counted, self.memory.before([s for _, s in counted]))
 
-    async def after(self, items: Sequence[tuple[ChatMessage, Policy, Verdict]]) -> list[Escalated]:
-        """Per decided message, its action (one step up when escalated) and the user's strikes."""
+    async def after(
+        self, items: Sequence[tuple[ChatMessage, Policy, Verdict]], turn: Turn | None = None
+    ) -> list[Escalated]:
+        """Per decided message, its action (one step up when escalated) and the user's strikes;
+        after the after steps of the batches fetched earlier (`turn`), which it then finishes."""
         counted = _counted_after(items)
         batch = [s for _, s in counted]
         remote = self._redis.after if self._redis is not None else None
-        results = await self._call("after", self.memory.after, remote, batch)
+        results = await _in_turn(
+            turn, lambda: self._call("after", self.memory.after, remote, batch)
+        )
         return self._after(items, counted, results)
 
     def after_local(self, items: Sequence[tuple[ChatMessage, Policy, Verdict]]) -> list[Escalated]:
@@ -192,6 +229,17 @@ class Escalation:
                 exc,
             )
         self._degraded_at = now
+
+
+async def _in_turn(turn: Turn | None, step: Callable[[], Awaitable[list[R]]]) -> list[R]:
+    """`step()` once the batch fetched before has done this step (at once without `turn`)."""
+    if turn is not None:
+        await turn.wait()
+    try:
+        return await step()
+    finally:
+        if turn is not None:
+            turn.finish()
 
 
 def _counted_before(items: Sequence[tuple[ChatMessage, Policy]]) -> list[tuple[int, Seen]]:

@@ -20,6 +20,8 @@ def metrics(**values: float) -> Samples:
         f"moderator_review_timeouts_total {values.get('timeouts', 0)}",
         *(f'moderator_verdict_outcomes_total{{outcome="{o}"}} {values.get(o, 0)}'
           for o in ("applied", "late", "not_held", "invalid")),
+        *(f'moderator_user_rules_total{{rule="{r}"}} {values.get(r, 0)}'
+          for r in ("escalated", "muted")),
     ]  # fmt: skip
     return Samples("\n".join(lines) + "\n")
 
@@ -31,7 +33,9 @@ def test_the_demo_policy_is_the_users_or_the_default_with_the_short_timeout(
     policy = Policy.load(path)
     spec = json.loads(path.read_text())
     assert review_rules(spec, policy.actions, "demo") == (demo_loop.REVIEW_TIMEOUT_S, "allow")
-    assert spec == {**read_spec(), "review_timeout_s": demo_loop.REVIEW_TIMEOUT_S}
+    demo_keys = ("review_timeout_s", "users", "deny")
+    assert spec == {**read_spec(), **{k: spec[k] for k in demo_keys}}  # the rest as it was
+    assert (policy.users.strikes, policy.users.mute_s) == (demo_loop.STRIKES, demo_loop.MUTE_S)
 
     mine = tmp_path / "mine.json"
     mine.write_text(json.dumps({**read_spec(), "review_fallback": "block"}))
@@ -63,6 +67,7 @@ def test_the_report_counts_held_verdicts_finals_and_timeouts_and_shows_the_overr
     assert "final decisions 3: 2 by a verdict, 1 timed out" in lines["final"]
     assert lines["override"].endswith("block, reason override")
     assert "escalation" in lines
+    assert "0 decisions escalated, 0 muted" in lines["user"]
 
 
 def test_an_override_that_did_not_come_is_said() -> None:
@@ -71,3 +76,44 @@ def test_an_override_that_did_not_come_is_said() -> None:
     assert "no decision within" in demo_loop.report(metrics(), desk, missing)
     assert "no verdict was applied" in demo_loop.report(metrics(), desk, None)
     assert "did not answer" in demo_loop.report(None, desk, None)
+
+
+def test_the_demo_users_word_is_nudged_without_the_model_and_other_chat_is_not(
+    tmp_path: Path,
+) -> None:
+    policy = Policy.load(demo_loop.demo_policy(tmp_path, None))
+    assert len(demo_loop.FLAGGED) > demo_loop.STRIKES  # one line past the limit
+    for text in demo_loop.FLAGGED:
+        verdict = policy.deny_verdict(text)
+        assert verdict is not None
+        assert (verdict.action, verdict.reason) == ("nudge", "deny:policy:demo")
+    assert policy.deny_verdict(demo_loop.WHILE_MUTED) is None
+    assert policy.deny_verdict(demo_loop.AFTER_MUTE) is None
+    assert Policy.load(None).deny_verdict(demo_loop.FLAGGED[0]) is None  # the demo's word alone
+
+
+def decision(action: str, reason: str | None, strikes: int, escalated: bool) -> dict[str, object]:
+    return {"action": action, "reason": reason, "strikes": strikes, "escalated": escalated}
+
+
+def test_the_report_shows_the_users_strikes_the_escalation_the_mute_and_its_end() -> None:
+    desk = Reviewer("127.0.0.1:1", "r", "v", demo_loop.rule)
+    user = [
+        demo_loop.Line("c-1", "x", decision("nudge", "deny:policy:demo", 1, False)),
+        demo_loop.Line("c-2", "x", decision("nudge", "deny:policy:demo", 2, False)),
+        demo_loop.Line("c-3", "x", decision("review", "deny:policy:demo", 3, True)),
+        demo_loop.Line("c-1", "sorry", decision("block", "muted", 3, False)),
+        demo_loop.Line("c-2", "gg", decision("allow", None, 3, False)),
+        demo_loop.Line("c-3", "gg", None),
+    ]
+    text = demo_loop.report(metrics(escalated=4, muted=7), desk, None, user)
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[0] == "escalation")
+    shown = lines[at + 1 : at + 1 + len(user)]
+    assert [line.split()[0] for line in shown] == ["c-1", "c-2", "c-3", "c-1", "c-2", "c-3"]
+    assert shown[1].endswith("nudge, reason deny:policy:demo, strikes 2")
+    assert shown[2].endswith("review, reason deny:policy:demo, strikes 3, escalated")
+    assert shown[3].endswith("block, reason muted, strikes 3")
+    assert shown[4].endswith("allow, strikes 3")
+    assert "no decision within" in shown[5]
+    assert "4 decisions escalated, 7 muted" in lines[at + 1 + len(user)]

@@ -325,6 +325,35 @@ class _Hanging:
     after = before
 
 
+async def test_strikes_count_in_fetch_order_whichever_batch_is_decided_first() -> None:
+    p = policy(strikes=2)
+    users = Escalation(Metrics())
+    users._redis = cast(RedisState, _Fake())
+    first, second, third, fourth = (users.turn() for _ in range(4))
+    early = [(msg(i, channel=f"c{i}", t_s=i), p, flagged()) for i in range(2)]
+    last = [(msg(2, channel="c2", t_s=2), p, flagged())]
+    later = asyncio.create_task(users.after(last, second.after))
+    await asyncio.sleep(0.01)
+    assert not later.done(), "the batch fetched second, decided first, waits for the first"
+    assert [e.strikes for e in await users.after(early, first.after)] == [1, 2]
+    assert await later == [("review", 3, True)], "the strike past the limit in fetch order"
+    third.finish()  # a batch that failed before its steps does not hold the next one up
+    out = await asyncio.wait_for(users.after([(msg(3, t_s=3), p, flagged())], fourth.after), 30)
+    assert out == [("review", 4, True)]
+
+
+async def test_floods_count_in_fetch_order_whichever_batch_starts_its_step_first() -> None:
+    p = policy(flood_messages=1, flood_window_s=10)
+    users = Escalation(Metrics())
+    users._redis = cast(RedisState, _Fake())
+    first, second = users.turn(), users.turn()
+    later = asyncio.create_task(users.before([(msg(1, t_s=1), p)], second.before))
+    await asyncio.sleep(0.01)
+    assert not later.done()
+    assert await users.before([(msg(0), p)], first.before) == [None]
+    assert await later == [Verdict("block", "rate_limited")]
+
+
 async def test_a_slow_redis_falls_back_to_process_state_and_recovers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -367,3 +396,6 @@ class _Fake:
 
     async def before(self, batch: Any) -> list[int]:
         return self.state.before(batch)
+
+    async def after(self, batch: Any) -> list[tuple[int, bool]]:
+        return self.state.after(batch)
