@@ -48,6 +48,9 @@ async def settings(kafka: EmbeddedKafka, redis_server: EmbeddedRedis, model_dir:
         out_topic=f"chat.decisions.{run}",
         dlq_topic=f"chat.messages.dlq.{run}",
         policy_topic=f"chat.policies.{run}",
+        review_topic=f"chat.review.{run}",
+        verdict_topic=f"chat.verdicts.{run}",
+        override_topic=f"chat.overrides.{run}",  # one test's verdicts never steer another's
         group_id=f"moderator-{run}",
         metrics_port=0,
         commit_interval_s=0.2,

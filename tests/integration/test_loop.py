@@ -1,6 +1,7 @@
 """The moderation loop against the real broker, Redis and model: a review decision goes out with
-its channel's context, a verdict ends it with one final decision, a timeout ends it with the
-policy's fallback, and verdicts that apply to nothing go to the dead-letter topic."""
+its channel's context, a verdict ends it with one final decision and becomes an override that the
+same text in another channel obeys, a timeout ends it with the policy's fallback, and verdicts
+that apply to nothing go to the dead-letter topic."""
 
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def has_final(message_id: str) -> Callable[[Records], bool]:
     return lambda records: any(d["message_id"] == message_id for d in finals(records))
 
 
+def decoded(record: ConsumerRecord[bytes, bytes]) -> dict[str, Any]:
+    return check_decision(orjson.loads(record.value))
+
+
+def has_decision(message_id: str) -> Callable[[Records], bool]:
+    return lambda records: any(decoded(r)["message_id"] == message_id for r in records)
+
+
 async def test_a_held_message_goes_out_with_context_and_one_verdict_ends_it(
     settings: Settings, classifier: Classifier, tmp_path: Path
 ) -> None:
@@ -129,6 +138,13 @@ async def test_a_held_message_goes_out_with_context_and_one_verdict_ends_it(
             == 1
         )
 
+        # The verdict is an override: the same text in another channel gets the human's action
+        # without the model, though the policy's deny term would hold it again.
+        await produce(s.kafka_bootstrap, s.in_topic, [message(3, "c-other", texts[2])])
+        out = await consume(s.kafka_bootstrap, s.out_topic, until=has_decision("m-3"))
+        again = next(d for d in map(decoded, out) if d["message_id"] == "m-3")
+        assert (again["action"], again["reason"], again["scores"]) == ("allow", "override", {})
+
         # A second verdict for it, one for a message never held, and a malformed one.
         await produce(s.kafka_bootstrap, s.verdict_topic, [
             (b"m-2", verdict("m-2", "block", "mod-2")),
@@ -139,7 +155,7 @@ async def test_a_held_message_goes_out_with_context_and_one_verdict_ends_it(
         await until(lambda: sample(service, "verdict_outcomes_total", outcome="late") == 1, "late")
         dead = await consume(s.kafka_bootstrap, s.dlq_topic, until=lambda r: len(r) >= 3)
         out = await consume(
-            s.kafka_bootstrap, s.out_topic, until=lambda r: len(r) >= 4, timeout_s=2
+            s.kafka_bootstrap, s.out_topic, until=lambda r: len(r) >= 5, timeout_s=2
         )
     codes = sorted(check_dead_letter_headers(r.headers)["moderator.error.code"] for r in dead)
     assert codes == ["invalid_json", "invalid_verdict", "verdict_not_held"]
