@@ -43,8 +43,9 @@ POLL_MS = 500
 REDIS_WAIT_S = 1.0  # between tries of a verdict while Redis is away
 
 
-class Overrides(Protocol):
-    """What a verdict updates besides its held message (moderator/overrides.py)."""
+class OverrideSink(Protocol):
+    """What a verdict updates besides its held message: `overrides.Overrides` (a protocol, so
+    this module stands without it)."""
 
     async def record_verdict(self, *, text: str, channel_id: str, verdict: Verdict) -> None: ...
 
@@ -58,7 +59,7 @@ class VerdictIntake:
         metrics: Metrics,
         store: HeldStore,
         producer: Producer,
-        overrides: Overrides | None = None,
+        overrides: OverrideSink | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
