@@ -38,7 +38,6 @@ CONSUMER_CONFIG: dict[str, Any] = {
     "fetch.wait.max.ms": 5,  # librdkafka 500; the moderator's fetch_max_wait_ms is 5 too
     "fetch.min.bytes": 1,  # answer a fetch as soon as one byte is there (the default)
     "fetch.queue.backoff.ms": 0,  # librdkafka 1000: fetch again at once, never wait on the queue
-    "queued.min.messages": 1000,  # librdkafka 100000: the prefetch queue a 2-core host can hold
 }
 PRODUCER_CONFIG: dict[str, Any] = {
     "linger.ms": 0,  # librdkafka 5: send each decision at once (the moderator's linger_ms is 0)
