@@ -1,14 +1,16 @@
 """`python -m bench [--quick]`: run the benchmark suite and regenerate BENCHMARKS.md.
 
 Sections run in order (terms, ladder, pipeline with memory, spin, scale-up, loop: the moderation
-loop's cost, off vs on); after each one the results are
-saved (`models/build/bench/results.json`) and the report and plots are written, so a partial run
-still leaves a report. `--report-only` re-renders the report from the saved results.
+loop's cost, off vs on; peer: the moderator beside a Quix Streams application); after each one
+the results are saved (`models/build/bench/results.json`) and the report and plots are written,
+so a partial run still leaves a report. `--report-only` re-renders the report from the saved
+results.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -30,8 +32,8 @@ from moderator.config import REPO_ROOT
 
 log = logging.getLogger("bench")
 
-SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms", "loop")
-KAFKA_SECTIONS = {"pipeline", "spin", "scaleup", "loop"}
+SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms", "loop", "peer")
+KAFKA_SECTIONS = {"pipeline", "spin", "scaleup", "loop", "peer"}
 RESULTS_FILE = artifacts.BENCH_BUILD_DIR / "results.json"
 SPIN_FALLBACK_RATE = {"distilbert-base": 80.0, "minilm-l6": 200.0}  # without a pipeline run
 
@@ -47,6 +49,8 @@ class Plan:
     profile: bool
     shapes: tuple[str, ...]  # models the pipeline and scale-up sections run
     loop_pairs: int  # (off, on) pairs of the loop section (the default model)
+    peer_rates: tuple[float, ...]  # open-loop rates of the peer section (msgs/s)
+    peer_pairs: int  # (moderator, Quix Streams) pairs per rate
 
 
 FULL = Plan(
@@ -59,11 +63,14 @@ FULL = Plan(
     True,
     ("distilbert-base", "minilm-l6"),
     3,
+    (55.0, 130.0),  # about 10% and 25% of the default model's drain rate on a 2-core host
+    2,
 )
 # The smoke version: short time boxes, and only the default model through Kafka.
 QUICK = Plan(
-    1.5, 120, 120, {"distilbert-base": 500, "minilm-l6": 1500}, 4.0, 4.0, False, ("minilm-l6",), 2
-)
+    1.5, 120, 120, {"distilbert-base": 500, "minilm-l6": 1500}, 4.0, 4.0, False, ("minilm-l6",),
+    2, (55.0,), 1,
+)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,8 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     p.add_argument("--report-only", action="store_true", help="re-render from --results")
     p.add_argument("--merge", action="store_true",
-                   help="with --sections loop: replace only the loop section of --out, keeping "
-                   "the rest of the file")  # fmt: skip
+                   help="with --sections loop and/or peer: replace only those sections of "
+                   "--out, keeping the rest of the file")  # fmt: skip
+    p.add_argument("--peer-rates", default=None,
+                   help="comma-separated open-loop rates (msgs/s) of the peer section")  # fmt: skip
     return p
 
 
@@ -90,6 +99,9 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.plan = QUICK if args.quick else FULL
+        if getattr(args, "peer_rates", None):
+            rates = tuple(float(r) for r in args.peer_rates.split(","))
+            self.plan = dataclasses.replace(self.plan, peer_rates=rates)
         self.threads = args.threads or min(usable_cores(), 4)
         self.started = time.monotonic()
         self.results: dict[str, Any] = {
@@ -118,7 +130,7 @@ class Bench:
         self.args.results.parent.mkdir(parents=True, exist_ok=True)
         self.args.results.write_text(json.dumps(self.results, indent=1, default=str))
         if self.args.merge and self.args.out.is_file():
-            merge_loop(self.results, self.args.out)
+            merge_sections(self.results, self.args.out)
         else:
             write_report(self.results, self.args.out, self.args.plots)
 
@@ -226,6 +238,25 @@ class Bench:
         self.sample_load("loop minilm-l6")
         self.save()
 
+    def peer(self, bootstrap: str, broker_pid: int | None = None) -> None:
+        """The moderator beside the Quix Streams peer, on the default model (bench/peer.py)."""
+        from bench.peer import PeerPlan, run_peer
+
+        plan = PeerPlan(self.plan.peer_rates, self.plan.peer_pairs, self.plan.latency_duration_s)
+
+        def checkpoint(partial: dict[str, Any]) -> None:
+            self.results["peer"] = partial
+            self.save()
+
+        def loadavg() -> str:
+            return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+        self.results["peer"] = run_peer(bootstrap, artifacts.DEFAULT_MODEL_DIR, plan,
+                                        threads=self.threads, broker_pid=broker_pid or 0,
+                                        checkpoint=checkpoint, sample_load=loadavg)  # fmt: skip
+        self.sample_load("peer minilm-l6")
+        self.save()
+
     def _models(self) -> list[tuple[str, Path]]:
         dirs = {"distilbert-base": artifacts.distilbert_model_dir,
                 "minilm-l6": lambda: artifacts.DEFAULT_MODEL_DIR}  # fmt: skip
@@ -301,15 +332,21 @@ def write_report(results: dict[str, Any], out: Path, plot_dir: Path) -> None:
     out.write_text(report.render(results, notes))
 
 
-def merge_loop(results: dict[str, Any], out: Path) -> None:
-    """Put this run's loop section into the existing report, the rest of it as it was."""
+def merge_sections(results: dict[str, Any], out: Path) -> None:
+    """Put this run's loop and peer sections into the existing report, the rest as it was."""
     from bench.loop_report import headline_row, run_note, section_loop, splice, splice_target
+    from bench.peer_report import HEADING as PEER_HEADING
+    from bench.peer_report import section_peer
 
-    section = section_loop(results.get("loop"), str(results.get("machine_label", "")),
-                           run_note(results))  # fmt: skip
+    label = str(results.get("machine_label", ""))
+    text = out.read_text()
+    section = section_loop(results.get("loop"), label, run_note(results))
     if section:
-        text = splice(out.read_text(), section)
-        out.write_text(splice_target(text, headline_row(results.get("loop"))))
+        text = splice_target(splice(text, section), headline_row(results.get("loop")))
+    section = section_peer(results.get("peer"), label, run_note(results, "peer"))
+    if section:
+        text = splice(text, section, PEER_HEADING)
+    out.write_text(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -320,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report_only:
         results = json.loads(args.results.read_text())
         if args.merge and args.out.is_file():
-            merge_loop(results, args.out)
+            merge_sections(results, args.out)
         else:
             write_report(results, args.out, args.plots)
         print(f"wrote {args.out}")
@@ -343,8 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if KAFKA_SECTIONS & set(sections):
         from devstack.embedded import EmbeddedKafka
 
-        if (KAFKA_SECTIONS - {"loop"}) & set(sections):
-            artifacts.build_all()  # the loop section runs the shipped model alone
+        if (KAFKA_SECTIONS - {"loop", "peer"}) & set(sections):
+            artifacts.build_all()  # the loop and peer sections run the shipped model alone
         with EmbeddedKafka() as kafka:
             if "pipeline" in sections:
                 bench.pipeline(kafka.bootstrap, kafka.pid)
@@ -354,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench.scaleup(kafka.bootstrap)
             if "loop" in sections:
                 bench.loop(kafka.bootstrap, kafka.pid)
+            if "peer" in sections:
+                bench.peer(kafka.bootstrap, kafka.pid)
     bench.save()
     print(f"wrote {args.out} in {bench.results['duration_s']} s")
     return 0

@@ -164,10 +164,10 @@ def loop_share(loop: Mapping[str, Any]) -> float | None:
     return None if value is None else float(value)
 
 
-def run_note(results: Mapping[str, Any]) -> str:
-    """When the section ran and how busy the machine was: these hosts are shared."""
-    during = next((r for r in results.get("load_during") or [] if r["section"].startswith("loop")),
-                  None)  # fmt: skip
+def run_note(results: Mapping[str, Any], section: str = "loop") -> str:
+    """When `section` ran and how busy the machine was: these hosts are shared."""
+    during = next((r for r in results.get("load_during") or []
+                   if r["section"].startswith(section)), None)  # fmt: skip
     note = (f"Run on {results.get('started', '?')}; load average before the run "
             f"{results.get('load_before', '?')}")  # fmt: skip
     if during:
@@ -307,16 +307,16 @@ def headline_row(loop: Mapping[str, Any] | None) -> list[str] | None:
             "met" if share >= TARGET_LOOP_SHARE else "missed"]  # fmt: skip
 
 
-def splice(document: str, section: Sequence[str]) -> str:
-    """`document` (a BENCHMARKS.md) with its loop section replaced by `section`, or `section`
-    added before "Reading the numbers" (or at the end): a run of this section alone keeps the
-    rest of the file, whose results it does not have."""
+def splice(document: str, section: Sequence[str], heading: str = HEADING) -> str:
+    """`document` (a BENCHMARKS.md) with its section under `heading` (the loop's by default)
+    replaced by `section`, or `section` added before "Reading the numbers" (or at the end): a
+    run of this section alone keeps the rest of the file, whose results it does not have."""
     lines = document.rstrip("\n").split("\n")
     new = [*section]
     while new and not new[-1]:
         new.pop()
-    if HEADING in lines:
-        start = lines.index(HEADING)
+    if heading in lines:
+        start = lines.index(heading)
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
                    len(lines))  # fmt: skip
     else:

@@ -115,21 +115,9 @@ def latency_run(
     with moderator(cfg, bootstrap, names) as mp:
         run(warm_up(bootstrap, names, bench_texts(64)))
         before = mp.scrape()
-        cpu = CpuSplit(moderators=mp.worker_pids(), broker=broker_pid, harness=os.getpid())
-        pinned = [broker_pid] if broker_pid and harness_cores is not None else []
-        with affinity(harness_cores, *pinned):
-            cpu.start()
-            summary = run(
-                run_load(
-                    LoadConfig(
-                        bootstrap=bootstrap, rate=round(rate, 1), duration_s=duration_s,
-                        dup_ratio=dup_ratio, in_topic=names.in_topic, out_topic=names.out_topic,
-                        dlq_topic=names.dlq_topic, hop=False, seed=SEED, drain_timeout_s=20.0,
-                    ),
-                    hop=hop,
-                )
-            )  # fmt: skip
-            split = cpu.stop()
+        summary, split = load_run(bootstrap, names, mp.worker_pids(), rate, duration_s, hop,
+                                  broker_pid=broker_pid, harness_cores=harness_cores,
+                                  dup_ratio=dup_ratio)  # fmt: skip
         after = mp.scrape()
         del mp
     out = summary_dict(summary)
@@ -142,6 +130,38 @@ def latency_run(
     log.info("%s at %.0f/s: p50 %s p99 %s ms, %d missing", tag, rate, out["p50_ms"],
              out["p99_ms"], out["missing"])  # fmt: skip
     return out
+
+
+def load_run(
+    bootstrap: str,
+    names: TopicSet,
+    pids: Sequence[int],
+    rate: float,
+    duration_s: float,
+    hop: HopResult,
+    *,
+    broker_pid: int = 0,
+    harness_cores: frozenset[int] | None = None,
+    dup_ratio: float = 0.0,
+) -> tuple[LoadSummary, dict[str, float]]:
+    """The load generator's open-loop run at `rate` against whatever decides `names` (its
+    processes `pids`, warm already), and the CPU each role spent meanwhile (bench/cpu.py)."""
+    cpu = CpuSplit(moderators=pids, broker=broker_pid, harness=os.getpid())
+    pinned = [broker_pid] if broker_pid and harness_cores is not None else []
+    with affinity(harness_cores, *pinned):
+        cpu.start()
+        summary = run(
+            run_load(
+                LoadConfig(
+                    bootstrap=bootstrap, rate=round(rate, 1), duration_s=duration_s,
+                    dup_ratio=dup_ratio, in_topic=names.in_topic, out_topic=names.out_topic,
+                    dlq_topic=names.dlq_topic, hop=False, seed=SEED, drain_timeout_s=20.0,
+                ),
+                hop=hop,
+            )
+        )  # fmt: skip
+        split = cpu.stop()
+    return summary, split
 
 
 def batch_stats(before: Samples, after: Samples) -> dict[str, float | None]:

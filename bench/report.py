@@ -11,6 +11,7 @@ from typing import Any
 
 from bench.cpu import ROLES, harness_ms, model_ms
 from bench.loop_report import headline_row, run_note, section_loop
+from bench.peer_report import section_peer
 
 TARGET_LADDER_X = 30.0
 TARGET_PIPELINE_SHARE = 0.90
@@ -549,6 +550,7 @@ def render(results: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
     out += section_spin(results.get("spin"), label)
     out += section_terms(results.get("terms"), label)
     out += section_loop(results.get("loop"), label, run_note(results))
+    out += section_peer(results.get("peer"), label, run_note(results, "peer"))
     notes = [*observations(results), *notes]
     if notes:
         out += ["## Reading the numbers", "", *[f"- {n}" for n in notes], ""]
