@@ -246,7 +246,7 @@ class Console:
                 return JSONResponse({"error": "claimed", "claim": claim}, status_code=409)
             verdict = Verdict(message_id, checked[0], who, checked[1], checked[2], now_ms())
             grace_ms = int(self.settings.undo_grace_s * 1000)
-            lock = {**verdict.shown(), "send_at_ms": verdict.at_ms + grace_ms}
+            lock = {**verdict._asdict(), "send_at_ms": verdict.at_ms + grace_ms}
             first = await self.claims.first_verdict(
                 message_id, lock, ttl_ms=grace_ms + PENDING_MARGIN_MS
             )
@@ -260,7 +260,7 @@ class Console:
             pending.task = asyncio.create_task(self._after_grace(pending, grace_ms / 1000))
             log.info("console: %s %s %s, sent in %s s unless undone", who, verdict.verdict,
                      message_id, self.settings.undo_grace_s)  # fmt: skip
-            return JSONResponse({"pending": True, "verdict": verdict.shown(),
+            return JSONResponse({"pending": True, "verdict": verdict._asdict(),
                                  "send_at_ms": lock["send_at_ms"]})  # fmt: skip
 
         return await self._action(request, handle)
@@ -278,7 +278,7 @@ class Console:
             await self.claims.cancel(message_id, pending.lock)
             self.board.put_back(message_id)
             log.info("console: %s undid %s on %s", who, pending.verdict.verdict, message_id)
-            return JSONResponse({"undone": True, "verdict": pending.verdict.shown()})
+            return JSONResponse({"undone": True, "verdict": pending.verdict._asdict()})
 
         return await self._action(request, handle)
 
@@ -308,9 +308,9 @@ class Console:
         return self._sent(verdict, "sent" if sent else "queued", 200 if sent else 202)
 
     def _sent(self, verdict: Verdict, outcome: str, code: int) -> Response:
-        self.board.tell("sent", {"outcome": outcome, "verdict": verdict.shown()})
+        self.board.tell("sent", {"outcome": outcome, "verdict": verdict._asdict()})
         return JSONResponse({"sent": code == 200, "queued": code == 202, "outcome": outcome,
-                             "verdict": verdict.shown()}, status_code=code)  # fmt: skip
+                             "verdict": verdict._asdict()}, status_code=code)  # fmt: skip
 
     async def flush(self) -> None:
         """Stopping: send every verdict still in its grace period now, all at once (each waits

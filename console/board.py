@@ -81,11 +81,11 @@ class Board:
             self.first[message_id] = verdict
             self.held_back.pop(message_id, None)
             self._count(message_id, verdict)
-            self._gone(message_id, verdict=verdict.shown())
+            self._gone(message_id, verdict=verdict._asdict())
         else:
             kind = "late"
         entry = {
-            **verdict.shown(),
+            **verdict._asdict(),
             "kind": kind,
             "label": self.labels.get(message_id),
             "decided_by": self.first[message_id].moderator_id,
@@ -98,7 +98,7 @@ class Board:
         item = self.items.get(verdict.message_id)
         if item is not None:
             self.held_back[verdict.message_id] = item
-            self._gone(verdict.message_id, pending=verdict.shown())
+            self._gone(verdict.message_id, pending=verdict._asdict())
 
     def put_back(self, message_id: str) -> None:
         """The held-back verdict was undone (or could not go out): the item waits again, unless

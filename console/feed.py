@@ -21,7 +21,15 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from console.board import MINUTE_MS, Board
-from console.records import BadRecord, Verdict, now_ms, parse_decision, parse_review, parse_verdict
+from console.records import (
+    BadRecord,
+    Verdict,
+    encode_verdict,
+    now_ms,
+    parse_decision,
+    parse_review,
+    parse_verdict,
+)
 from moderator.connect import stop_within
 
 log = logging.getLogger(__name__)
@@ -171,7 +179,7 @@ class Feed:
 
         async def deliver() -> None:
             sent = await producer.send(
-                self.verdict_topic, verdict.encode(), key=verdict.message_id.encode()
+                self.verdict_topic, encode_verdict(verdict), key=verdict.message_id.encode()
             )
             await sent
 

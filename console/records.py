@@ -13,8 +13,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
-VERDICTS = ("allow", "nudge", "block")
-SCOPES = ("global", "channel")
+# The moderator's own verdict type and choices, re-exported for the console's modules.
+from moderator.records import SCOPES as SCOPES
+from moderator.records import VERDICTS as VERDICTS
+from moderator.records import Verdict as Verdict
+
 # What the page shows of a held message's context and text: the moderator bounds them already
 # (review_context, review_context_bytes); these only keep a hostile record from flooding pages.
 MAX_CONTEXT = 20
@@ -25,21 +28,9 @@ class BadRecord(ValueError):
     """A record the console cannot use (the message says why)."""
 
 
-class Verdict(NamedTuple):
-    """A verdict record (verdict.schema.json)."""
-
-    message_id: str
-    verdict: str
-    moderator_id: str
-    reason: str | None
-    scope: str
-    at_ms: int
-
-    def encode(self) -> bytes:
-        return orjson.dumps(self._asdict())
-
-    def shown(self) -> dict[str, Any]:
-        return self._asdict()
+def encode_verdict(verdict: Verdict) -> bytes:
+    """`verdict` as its topic's JSON (verdict.schema.json)."""
+    return orjson.dumps(verdict._asdict())
 
 
 def now_ms() -> int:

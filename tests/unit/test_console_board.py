@@ -8,7 +8,14 @@ import orjson
 import pytest
 
 from console.board import MINUTE_MS, Board
-from console.records import BadRecord, Decision, Verdict, parse_review, parse_verdict
+from console.records import (
+    BadRecord,
+    Decision,
+    Verdict,
+    encode_verdict,
+    parse_review,
+    parse_verdict,
+)
 
 NOW = 1_800_000_000_000
 
@@ -145,7 +152,7 @@ def test_a_verdict_the_console_cannot_use_is_refused(value: bytes | None) -> Non
 def test_a_verdict_round_trips_and_scope_defaults_to_global() -> None:
     v = parse_verdict(b'{"message_id": "m", "verdict": "nudge", "moderator_id": "a", "at_ms": 5}')
     assert v == Verdict("m", "nudge", "a", None, "global", 5)
-    assert parse_verdict(v.encode()) == v
+    assert parse_verdict(encode_verdict(v)) == v
 
 
 def test_a_review_record_is_read_leniently_and_bounded() -> None:
