@@ -22,12 +22,11 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from moderator.compacted import poll, read_to_end, record_key
-from moderator.connect import start_client, stop_within
+from moderator.compacted import follow, read_to_end, record_key, stop_following
+from moderator.connect import start_client
 from moderator.errors import PolicyError
 from moderator.metrics import Metrics
 from moderator.policy import Policy, merge_specs
-from moderator.tasks import cancel
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -159,20 +158,12 @@ class PolicyFeed:
             self.topic,
             time.perf_counter() - started,
         )
-        self.task = asyncio.create_task(self._follow(), name="moderator-policies")
+        self.task = asyncio.create_task(
+            follow(consumer, self._apply_record), name="moderator-policies"
+        )
 
     async def stop(self) -> None:
-        await cancel(self.task)
-        if self._consumer is not None:
-            await stop_within(self._consumer)
-
-    async def _follow(self) -> None:
-        consumer = self._consumer
-        if consumer is None or not consumer.assignment():
-            await asyncio.Event().wait()  # no topic to follow: idle until stopped
-        while True:
-            assert consumer is not None
-            await poll(consumer, self._apply_record)
+        await stop_following(self.task, self._consumer)
 
     def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
         value, key = record.value, record_key(record)

@@ -3,10 +3,14 @@ policies and the overrides topics (each needs all of it) before it is ready, the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from moderator.connect import stop_within
+from moderator.tasks import cancel
 
 POLL_MS = 200  # a change is applied within about this long after it is written
 OnRecord = Callable[[ConsumerRecord[bytes, bytes]], None]
@@ -36,6 +40,25 @@ async def poll(consumer: AIOKafkaConsumer, on_record: OnRecord) -> None:
     for records in (await consumer.getmany(timeout_ms=POLL_MS)).values():
         for record in records:
             on_record(record)
+
+
+async def follow(consumer: AIOKafkaConsumer | None, on_record: OnRecord) -> None:
+    """After `read_to_end`: feed `on_record` each new record for good; with no topic to follow
+    (`consumer` None or assigned nothing), idle until cancelled."""
+    if consumer is None or not consumer.assignment():
+        await asyncio.Event().wait()
+    while True:
+        assert consumer is not None
+        await poll(consumer, on_record)
+
+
+async def stop_following(
+    task: asyncio.Task[None] | None, consumer: AIOKafkaConsumer | None
+) -> None:
+    """Cancel `follow`'s task, then stop its consumer."""
+    await cancel(task)
+    if consumer is not None:
+        await stop_within(consumer)
 
 
 async def _behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int]) -> bool:

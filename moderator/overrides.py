@@ -35,14 +35,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from moderator.compacted import poll, read_to_end, record_key
+from moderator.compacted import follow, read_to_end, record_key, stop_following
 from moderator.config import Settings
-from moderator.connect import start_client, stop_within
+from moderator.connect import start_client
 from moderator.errors import ModeratorError
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
 from moderator.records import SCOPES, VERDICTS, ChatMessage, Verdict
-from moderator.tasks import cancel
 from moderator.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -255,20 +254,12 @@ class Overrides:
             self.topic,
             time.perf_counter() - started,
         )
-        self.task = asyncio.create_task(self._follow(), name="moderator-overrides")
+        self.task = asyncio.create_task(
+            follow(consumer, self._apply_record), name="moderator-overrides"
+        )
 
     async def stop(self) -> None:
-        await cancel(self.task)
-        if self._consumer is not None:
-            await stop_within(self._consumer)
-
-    async def _follow(self) -> None:
-        consumer = self._consumer
-        if consumer is None or not consumer.assignment():
-            await asyncio.Event().wait()  # no topic to follow: idle until stopped
-        while True:
-            assert consumer is not None
-            await poll(consumer, self._apply_record)
+        await stop_following(self.task, self._consumer)
 
     def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
         key = record_key(record)
