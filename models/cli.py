@@ -227,6 +227,19 @@ def _tradeoff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ceiling(args: argparse.Namespace) -> int:
+    from models import ceiling, ship
+
+    models = args.model or [ship.DEFAULT_TO]
+    missing = [m for m in models if not (m / "manifest.json").is_file()]
+    if missing:
+        _say(f"no model at {', '.join(map(str, missing))}")
+        return 2
+    ceiling.run(models, args.out, progress=_say)
+    _say(f"wrote {args.out}")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from models import checkpoint
 
@@ -277,7 +290,7 @@ def _ship(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from models import ship, verdicts
+    from models import ceiling, ship, verdicts
     from models.evaluate import REPORT_FILE
     from moderator.commandline import command
 
@@ -327,6 +340,14 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--weights", type=Path, default=weights, help="the build's trained weights")
     t.add_argument("--out", type=Path, default=None, help="default: models/TRADEOFF.md")
     t.set_defaults(func=_tradeoff)
+
+    c = command(sub, "ceiling", SUBCOMMANDS["ceiling"], """
+        moderator model ceiling                      # the shipped default model
+        moderator model ceiling --model moderator/default_model --model models/build/chat-minilm
+    """)  # fmt: skip
+    c.add_argument("--model", type=Path, action="append", help="a model dir (repeatable)")
+    c.add_argument("--out", type=Path, default=ceiling.CEILING_FILE, help="models/CEILING.md")
+    c.set_defaults(func=_ceiling)
 
     h = command(sub, "ship", SUBCOMMANDS["ship"], """
         moderator model ship --check                 # compare only
