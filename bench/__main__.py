@@ -32,8 +32,8 @@ from moderator.config import REPO_ROOT
 
 log = logging.getLogger("bench")
 
-SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms", "loop", "peer")
-KAFKA_SECTIONS = {"pipeline", "spin", "scaleup", "loop", "peer"}
+SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms", "loop", "peer", "goodput")
+KAFKA_SECTIONS = {"pipeline", "spin", "scaleup", "loop", "peer", "goodput"}
 RESULTS_FILE = artifacts.BENCH_BUILD_DIR / "results.json"
 SPIN_FALLBACK_RATE = {"distilbert-base": 80.0, "minilm-l6": 200.0}  # without a pipeline run
 
@@ -51,6 +51,7 @@ class Plan:
     loop_pairs: int  # (off, on) pairs of the loop section (the default model)
     peer_rates: tuple[float, ...]  # open-loop rates of the peer section (msgs/s)
     peer_pairs: int  # (moderator, Quix Streams) pairs per rate
+    goodput: tuple[float, float, int]  # first probe's rate, seconds per probe, most probes
 
 
 FULL = Plan(
@@ -65,11 +66,12 @@ FULL = Plan(
     3,
     (55.0, 130.0),  # about 10% and 25% of the default model's drain rate on a 2-core host
     2,
+    (60.0, 20.0, 10),
 )
 # The smoke version: short time boxes, and only the default model through Kafka.
 QUICK = Plan(
     1.5, 120, 120, {"distilbert-base": 500, "minilm-l6": 1500}, 4.0, 4.0, False, ("minilm-l6",),
-    2, (55.0,), 1,
+    2, (55.0,), 1, (40.0, 6.0, 3),
 )  # fmt: skip
 
 
@@ -86,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     p.add_argument("--report-only", action="store_true", help="re-render from --results")
     p.add_argument("--merge", action="store_true",
-                   help="with --sections loop and/or peer: replace only those sections of "
+                   help="with --sections loop, peer and/or goodput: replace only those sections of "
                    "--out, keeping the rest of the file")  # fmt: skip
     p.add_argument("--peer-rates", default=None,
                    help="comma-separated open-loop rates (msgs/s) of the peer section")  # fmt: skip
@@ -257,6 +259,23 @@ class Bench:
         self.sample_load("peer minilm-l6")
         self.save()
 
+    def goodput(self, bootstrap: str, broker_pid: int | None = None) -> None:
+        """The highest rate within the p99 budget, moderator and peer (bench/goodput.py)."""
+        from bench.goodput import GoodputPlan, run_goodput
+
+        start, duration, probes = self.plan.goodput
+        plan = GoodputPlan(start, duration, max_probes=probes)
+
+        def checkpoint(partial: dict[str, Any]) -> None:
+            self.results["goodput"] = partial
+            self.save()
+
+        self.results["goodput"] = run_goodput(bootstrap, artifacts.DEFAULT_MODEL_DIR, plan,
+                                              threads=self.threads, broker_pid=broker_pid or 0,
+                                              checkpoint=checkpoint)  # fmt: skip
+        self.sample_load("goodput minilm-l6")
+        self.save()
+
     def _models(self) -> list[tuple[str, Path]]:
         dirs = {"distilbert-base": artifacts.distilbert_model_dir,
                 "minilm-l6": lambda: artifacts.DEFAULT_MODEL_DIR}  # fmt: skip
@@ -333,7 +352,10 @@ def write_report(results: dict[str, Any], out: Path, plot_dir: Path) -> None:
 
 
 def merge_sections(results: dict[str, Any], out: Path) -> None:
-    """Put this run's loop and peer sections into the existing report, the rest as it was."""
+    """Put this run's loop, peer and goodput sections into the existing report, the rest as it
+    was."""
+    from bench.goodput_report import HEADING as GOODPUT_HEADING
+    from bench.goodput_report import section_goodput
     from bench.loop_report import headline_row, run_note, section_loop, splice, splice_target
     from bench.peer_report import HEADING as PEER_HEADING
     from bench.peer_report import section_peer
@@ -346,6 +368,9 @@ def merge_sections(results: dict[str, Any], out: Path) -> None:
     section = section_peer(results.get("peer"), label, run_note(results, "peer"))
     if section:
         text = splice(text, section, PEER_HEADING)
+    section = section_goodput(results.get("goodput"), label, run_note(results, "goodput"))
+    if section:
+        text = splice(text, section, GOODPUT_HEADING)
     out.write_text(text)
 
 
@@ -380,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if KAFKA_SECTIONS & set(sections):
         from devstack.embedded import EmbeddedKafka
 
-        if (KAFKA_SECTIONS - {"loop", "peer"}) & set(sections):
+        if (KAFKA_SECTIONS - {"loop", "peer", "goodput"}) & set(sections):
             artifacts.build_all()  # the loop and peer sections run the shipped model alone
         with EmbeddedKafka() as kafka:
             if "pipeline" in sections:
@@ -393,6 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench.loop(kafka.bootstrap, kafka.pid)
             if "peer" in sections:
                 bench.peer(kafka.bootstrap, kafka.pid)
+            if "goodput" in sections:
+                bench.goodput(kafka.bootstrap, kafka.pid)
     bench.save()
     print(f"wrote {args.out} in {bench.results['duration_s']} s")
     return 0

@@ -7,6 +7,7 @@ or may not attach (ptrace), the benchmark goes on without a profile.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,9 @@ def start_profile(pid: int, duration_s: float, out: Path) -> subprocess.Popen[by
         return None
     command = [exe, "record", "--pid", str(pid), "--duration", str(max(1, round(duration_s))),
                "--rate", str(SAMPLE_RATE_HZ), "--format", "raw", "--output", str(out),
-               "--nonblocking", "--threads"]  # fmt: skip
+               "--threads"]  # fmt: skip
+    # PYSPY_NATIVE=1: C frames too (uvloop, ONNX Runtime); py-spy then pauses the process.
+    command += ["--native"] if os.environ.get("PYSPY_NATIVE") else ["--nonblocking"]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.cpu import ROLES, harness_ms, model_ms
+from bench.goodput_report import section_goodput
 from bench.loop_report import headline_row, run_note, section_loop
 from bench.peer_report import section_peer
 
@@ -551,6 +552,7 @@ def render(results: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
     out += section_terms(results.get("terms"), label)
     out += section_loop(results.get("loop"), label, run_note(results))
     out += section_peer(results.get("peer"), label, run_note(results, "peer"))
+    out += section_goodput(results.get("goodput"), label, run_note(results, "goodput"))
     notes = [*observations(results), *notes]
     if notes:
         out += ["## Reading the numbers", "", *[f"- {n}" for n in notes], ""]

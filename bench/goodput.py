@@ -1,0 +1,157 @@
+"""Goodput inside the budget (issue 31, item 3): the highest open-loop rate at which p99 end to
+end stays within 50 ms, found by search, for the moderator and for the Quix Streams peer.
+
+Each probe is one open-loop run of `bench.peer.measure` (a fresh process, topics and group, warm,
+the load generator's traffic with its seed), so a probe of the moderator and one of the peer at
+the same rate are the runs the peer section makes. The search grows the rate by `factor` from
+`start` until a probe misses the budget, then halves the gap geometrically until the highest
+passing rate is within `resolution` of the lowest failing one; that rate is run once more to
+confirm it, and a confirmation that fails counts as a failure (the search goes on below it).
+
+The host bound at the goodput rate is the rate two cores could carry if the moderator cost no
+more than its bare model: cores / (bare model + broker + load generator CPU per message), the
+bare model measured in this process on the same texts one message per call (the batch size an
+open-loop run below saturation mostly sees), the broker and load generator from the run at the
+goodput rate itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.peer import PeerPlan, measure
+from bench.texts import bench_texts
+from loadgen.hop import measure_hop
+from moderator.classifier import Classifier
+from moderator.config import Settings
+from moderator.loop import run
+
+log = logging.getLogger(__name__)
+
+BUDGET_MS = 50.0
+BARE_TEXTS = 400
+
+
+@dataclass(frozen=True)
+class GoodputPlan:
+    start: float  # msgs/s of the first probe
+    duration_s: float  # of each probe
+    factor: float = 1.5  # growth while every probe passes
+    resolution: float = 0.08  # stop when the lowest failing rate is within this of the best
+    max_probes: int = 9
+
+
+@dataclass(frozen=True)
+class Probe:
+    rate: float
+    ok: bool
+    row: Mapping[str, Any]
+
+
+def search(probe: Callable[[float], Probe], plan: GoodputPlan) -> tuple[float | None, list[Probe]]:
+    """The highest rate whose probe passed, and confirmed; every probe in the order run."""
+    probes: list[Probe] = []
+    best: float | None = None  # highest passing rate not yet confirmed or refuted
+    confirmed: float | None = None
+    low_fail: float | None = None
+    rate = plan.start
+    while len(probes) < plan.max_probes:
+        p = probe(rate)
+        probes.append(p)
+        if p.ok:
+            if rate == best:  # the confirmation run
+                confirmed = rate
+                break
+            best = rate
+        else:
+            low_fail = rate if low_fail is None else min(low_fail, rate)
+            if rate == best:  # the confirmation failed: that rate is out
+                best = max((q.rate for q in probes if q.ok and q.rate < rate), default=None)
+        if low_fail is None:
+            rate = round(rate * plan.factor, 1)
+        elif best is None:
+            rate = round(low_fail / plan.factor, 1)
+        elif low_fail / best <= 1 + plan.resolution:
+            rate = best  # close enough: confirm it
+        else:
+            rate = round((best * low_fail) ** 0.5, 1)
+    return confirmed, probes
+
+
+def bare_model_ms(model_dir: Path, threads: int, texts: Sequence[str]) -> float:
+    """CPU-ms per message of the bare model, one message per call (tokenizing included), on the
+    intra-op threads the moderator gives one batch."""
+    per_call, _ = Settings(threads=threads).scoring_layout
+    classifier = Classifier(model_dir, threads=per_call)
+    for text in texts[:32]:  # warm the session
+        classifier.score_ids(classifier.encode([text]))
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for text in texts:
+        classifier.score_ids(classifier.encode([text]))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return 1000.0 * used / len(texts)
+
+
+def host_bound(cores: int, bare_ms: float, cpu: Mapping[str, float]) -> float:
+    """Msgs/s that `cores` could carry at `bare_ms` of model per message plus the run's broker
+    and load generator CPU per message."""
+    per_message = bare_ms + cpu.get("broker", 0.0) + cpu.get("load generator", 0.0)
+    return 1000.0 * cores / per_message if per_message > 0 else 0.0
+
+
+def run_goodput(
+    bootstrap: str,
+    model_dir: Path,
+    plan: GoodputPlan,
+    *,
+    threads: int,
+    broker_pid: int = 0,
+    arms: Sequence[str] = ("moderator", "quix"),
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Search each arm's goodput; the bare model and the host bound at the moderator's."""
+    from bench import quix_peer
+
+    if "quix" in arms:
+        quix_peer.ensure_site()
+    cores = len(os.sched_getaffinity(0))
+    bare = bare_model_ms(model_dir, threads, bench_texts(BARE_TEXTS))
+    out: dict[str, Any] = {
+        "budget_ms": BUDGET_MS, "start": plan.start, "duration_s": plan.duration_s,
+        "factor": plan.factor, "resolution": plan.resolution, "cores": cores,
+        "bare_model_ms": round(bare, 3), "arms": {},
+    }  # fmt: skip
+    hop = run(measure_hop(bootstrap))
+    out["hop"] = hop.as_dict()
+    peer_plan = PeerPlan((), 1, plan.duration_s)
+    for arm in arms:
+        tried = 0
+
+        def probe(rate: float, arm: str = arm) -> Probe:
+            nonlocal tried
+            row = measure(arm, tried, rate, bootstrap, model_dir, peer_plan, hop,
+                          threads=threads, broker_pid=broker_pid)  # fmt: skip
+            row["loadavg"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+            tried += 1
+            ok = row["p99_ms"] is not None and row["p99_ms"] <= BUDGET_MS and not row["missing"]
+            log.info("goodput %s at %.1f/s: p99 %s ms -> %s", arm, rate, row["p99_ms"], ok)
+            return Probe(rate, bool(ok), row)
+
+        best, probes = search(probe, plan)
+        at_best = next((p.row for p in reversed(probes) if p.ok and p.rate == best), None)
+        cpu = (at_best or {}).get("cpu_ms_per_msg") or {}
+        out["arms"][arm] = {
+            "goodput": best,
+            "probes": [dict(p.row, ok=p.ok) for p in probes],
+            "host_bound": round(host_bound(cores, bare, cpu), 1) if at_best else None,
+        }
+        if checkpoint is not None:
+            checkpoint(out)
+    return out

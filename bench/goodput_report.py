@@ -1,0 +1,73 @@
+"""BENCHMARKS.md's goodput section: the highest open-loop rate within the p99 budget, for the
+moderator and the Quix Streams peer, with the CPU split and the host bound (bench/goodput.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bench.cpu import ROLES
+from bench.peer_report import NAMES, _f, _table, process_ms
+
+HEADING = "## 9. Goodput inside the budget"
+
+
+def _probe_rows(probes: list[Mapping[str, Any]]) -> list[list[str]]:
+    return [
+        [str(i + 1), _f(p["rate"]), "yes" if p["ok"] else "no", f"{p['decided']}/{p['sent']}",
+         _f(p.get("p50_ms")), _f(p.get("p99_ms")), _f(process_ms(p), 2),
+         str(p.get("loadavg", "–"))]
+        for i, p in enumerate(probes)
+    ]  # fmt: skip
+
+
+def section_goodput(g: Mapping[str, Any] | None, label: str, note: str = "") -> list[str]:
+    """The section's lines, or [] when the run has no goodput results."""
+    if not g or not g.get("arms"):
+        return []
+    hop = g.get("hop") or {}
+    budget = g.get("budget_ms", 50.0)
+    out = [
+        HEADING, "",
+        f"The highest open-loop rate at which p99 end to end (the load generator's send to its "
+        f"receipt of the decision, harness included) stays <= {budget:.0f} ms with every message "
+        f"decided, found by search (`bench/goodput.py`): from {_f(g.get('start'))} msgs/s up by "
+        f"x{g.get('factor')} while probes pass, then geometric bisection until the lowest "
+        f"failing rate is within {100 * float(g.get('resolution', 0)):.0f}% of the best, which "
+        f"is run once more to confirm it. Each probe is one run of {g.get('duration_s')} s, a "
+        "fresh process, topics and group, warmed first: the runs of section 8 (moderator cache "
+        "off, the peer as listed there). Host bound: the rate "
+        f"{g.get('cores')} cores could carry if deciding cost no more than the bare model, "
+        f"cores / (bare model + broker + load generator CPU per message); bare model "
+        f"{_f(g.get('bare_model_ms'), 2)} CPU-ms per message (one message per call, tokenizing "
+        "included, in the bench process), broker and load generator from the run at the "
+        f"arm's goodput. Broker hop alone p50 {_f(hop.get('p50_ms'), 2)} ms, p99 "
+        f"{_f(hop.get('p99_ms'), 2)} ms ({label}).",
+        "",
+    ]  # fmt: skip
+    if note:
+        out += [note, ""]
+    arms = g["arms"]
+    rows = []
+    for arm, a in arms.items():
+        at = next((p for p in reversed(a["probes"]) if p["ok"] and p["rate"] == a["goodput"]),
+                  None)  # fmt: skip
+        cpu = (at or {}).get("cpu_ms_per_msg") or {}
+        bound = a.get("host_bound")
+        share = a["goodput"] / bound if a["goodput"] and bound else None
+        rows.append([NAMES.get(arm, arm), _f(a["goodput"]), _f(at and at.get("p99_ms")),
+                     *[_f(cpu.get(role), 2) for role in ROLES], _f(at and process_ms(at), 2),
+                     _f(bound), "–" if share is None else f"{share:.0%}"])  # fmt: skip
+    out += _table(["arm", "goodput (msgs/s)", "p99 there", *ROLES, "process", "host bound",
+                   "of host bound"], rows)  # fmt: skip
+    out.append("")
+    ours, theirs = (arms.get(k, {}).get("goodput") for k in ("moderator", "quix"))
+    if ours and theirs:
+        out += [f"Moderator / Quix Streams goodput: {ours / theirs:.2f}x "
+                "(issue 31 asks >= 1.5x, and >= 60% of the host bound).", ""]  # fmt: skip
+    for arm, a in arms.items():
+        out += [f"### Probes: {NAMES.get(arm, arm)}", ""]
+        out += _table(["#", "rate", "within budget", "decided", "p50", "p99", "process CPU-ms",
+                       "load average"], _probe_rows(a["probes"]), left=0)  # fmt: skip
+        out.append("")
+    return out
