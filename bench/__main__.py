@@ -66,7 +66,7 @@ FULL = Plan(
     3,
     (55.0, 130.0),  # about 10% and 25% of the default model's drain rate on a 2-core host
     2,
-    (60.0, 20.0, 10),
+    (60.0, 30.0, 12),
 )
 # The smoke version: short time boxes, and only the default model through Kafka.
 QUICK = Plan(
