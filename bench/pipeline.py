@@ -23,7 +23,7 @@ from bench.cpu import CpuSplit, per_message_ms
 from bench.ladder import SERVICE_MAX_BATCH, backlog_rung
 from bench.profile import finish_profile, start_profile
 from bench.stack import ModeratorConfig, affinity, create_topics, drain, moderator, warm_up
-from bench.texts import SEED, bench_texts
+from bench.texts import SEED, bench_texts, key_repeat_share, repeat_share
 from devstack.child import Samples, read_status_kb
 from loadgen.config import LoadConfig
 from loadgen.hop import HopResult, measure_hop
@@ -218,6 +218,10 @@ def run_model(
         clf, texts, shape=shape, key="bare", label="bare model", max_batch=SERVICE_MAX_BATCH,
         budget_s=plan.bare_budget_s, concurrency=at_once,
     ).as_dict()  # fmt: skip
+    out["repeats"] = {
+        "exact": round(repeat_share(repeats), 4),
+        "token_ids": round(key_repeat_share([tuple(ids) for ids in clf.encode(repeats)]), 4),
+    }
     del clf
     off = ModeratorConfig(model_dir, threads=threads, cache=False)
     out["pipeline"] = drain_run(bootstrap, off, texts, tag=f"{shape}-pipe",

@@ -615,6 +615,19 @@ def _mark(value: float | None, target: float) -> str:
     return "met" if value >= target else "missed"
 
 
+def _repeats_note(repeats: Mapping[str, float] | None) -> str:
+    """What the backlog's repeats let a cache keyed on token ids skip at most."""
+    if not repeats:
+        return ""
+    return (
+        f" Of the backlog's lines, {fmt_pct(repeats['exact'])} repeat an earlier text exactly "
+        f"and {fmt_pct(repeats['token_ids'])} repeat an earlier line's token ids (near repeats "
+        "that normalise alike): that is the most a cache keyed on token ids can skip, every "
+        "first occurrence being a miss; near repeats whose variation changes the token ids "
+        "(an added word or emoji) cannot hit."
+    )
+
+
 def observations(results: Mapping[str, Any]) -> list[str]:
     """Sentences that read the numbers: computed from the results, so they stay true."""
     notes: list[str] = []
@@ -704,5 +717,6 @@ def observations(results: Mapping[str, Any]) -> list[str]:
                 f"{fmt_x(ratio(on['msgs_per_s'], off['msgs_per_s']))}. The repeats the traffic "
                 'mix makes are mostly short lines ("gg", emotes) that cost the model little, '
                 "so 40% repeats remove less than 40% of the model's time."
+                + _repeats_note(res.get("repeats"))
             )
     return notes

@@ -7,6 +7,8 @@ with like.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+
 from loadgen.traffic import TrafficGenerator
 
 SEED = 20261122
@@ -16,6 +18,17 @@ def bench_texts(n: int, *, dup_ratio: float = 0.0, seed: int = SEED) -> list[str
     """`n` chat lines with `dup_ratio` exact or near repeats (as the load generator makes them)."""
     gen = TrafficGenerator(run_id="bench", seed=seed, dup_ratio=dup_ratio, toxic_ratio=0.05)
     return [gen.next_text()[0] for _ in range(n)]
+
+
+def key_repeat_share(keys: Sequence[Hashable]) -> float:
+    """Share of lines whose key an earlier line had: with the token ids as keys, the most a
+    score cache can skip (its key is a hash of the token ids), first occurrences being cold."""
+    seen: set[Hashable] = set()
+    repeats = 0
+    for key in keys:
+        repeats += key in seen
+        seen.add(key)
+    return repeats / len(keys) if keys else 0.0
 
 
 def repeat_share(texts: list[str]) -> float:

@@ -10,7 +10,7 @@ import pytest
 from bench import cpu
 from bench.profile import summarize_folded
 from bench.scaleup import layout_label, layouts
-from bench.texts import bench_texts, repeat_share
+from bench.texts import bench_texts, key_repeat_share, repeat_share
 from moderator.batcher import SCORER_THREAD_NAME
 
 
@@ -58,6 +58,13 @@ def test_empty_profile_is_reported_as_no_samples() -> None:
 def test_bench_texts_are_the_same_sequence_every_time() -> None:
     assert bench_texts(50) == bench_texts(50)
     assert bench_texts(20) == bench_texts(50)[:20]
+
+
+def test_key_repeat_share_counts_keys_seen_before() -> None:
+    # "gg" and "GG" tokenise alike (the tokenizer lowercases): the second is a repeat by key.
+    keys = [(101, 1), (101, 1), (7,), (101, 1), (8,)]
+    assert key_repeat_share(keys) == pytest.approx(2 / 5)
+    assert key_repeat_share([]) == 0.0
 
 
 def test_repeat_share_counts_exact_repeats_only() -> None:
