@@ -235,7 +235,7 @@ def _ceiling(args: argparse.Namespace) -> int:
     if missing:
         _say(f"no model at {', '.join(map(str, missing))}")
         return 2
-    ceiling.run(models, args.out, progress=_say)
+    ceiling.run(models, args.out, progress=_say, probe=args.probe)
     _say(f"wrote {args.out}")
     return 0
 
@@ -343,10 +343,11 @@ def _parser() -> argparse.ArgumentParser:
 
     c = command(sub, "ceiling", SUBCOMMANDS["ceiling"], """
         moderator model ceiling                      # the shipped default model
-        moderator model ceiling --model moderator/default_model --model models/build/chat-minilm
+        moderator model ceiling --model models/build/chat-minilm --probe
     """)  # fmt: skip
     c.add_argument("--model", type=Path, action="append", help="a model dir (repeatable)")
     c.add_argument("--out", type=Path, default=ceiling.CEILING_FILE, help="models/CEILING.md")
+    c.add_argument("--probe", action="store_true", help="also a linear probe on the frozen encoder")
     c.set_defaults(func=_ceiling)
 
     h = command(sub, "ship", SUBCOMMANDS["ship"], """

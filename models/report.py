@@ -299,7 +299,7 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
     best_t_f1 = max(sc[t]["insults"]["flag_f1"] for t in teachers)
     ident = real["identity"]["int8"]
     f32 = sc.get("fp32")
-    rows = [
+    rows: list[tuple[str, str, bool | None]] = [
         ("benign chat-like flagged <= 1%", _pct(flag), flag <= 0.01),
         *(
             [("benign chat-like sent to review <= 0.5%", _pct(review), review <= 0.005)]
@@ -335,18 +335,19 @@ def _targets(real: Mapping[str, Any]) -> list[str]:
         ),
     ]
     rows += _labelled_targets(ours)
+    gap = "int8 within 1 point of fp32 (benign flagged, blocked, each toxic set flagged)"
     if f32 is not None:
         worst = realeval.int8_gap(ours, f32)
-        rows.append(
-            (
-                "int8 within 1 point of fp32 (benign flagged, blocked, each toxic set flagged)",
-                f"largest gap {100 * worst:.2f} points",
-                worst <= 0.01,
-            )
-        )
+        rows.append((gap, f"largest gap {100 * worst:.2f} points", worst <= 0.01))
+    else:  # a shipped model directory holds the int8 graph alone; the build measures the gap
+        rows.append((gap, "not measured: no fp32 graph beside this model", None))
     out = ["| target | measured | met |", "|---|---|---|"]
-    out += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in rows]
+    out += [f"| {t} | {m} | {_met(ok)} |" for t, m, ok in rows]
     return out
+
+
+def _met(ok: bool | None) -> str:
+    return "-" if ok is None else "yes" if ok else "**no**"
 
 
 def _marked(row: Mapping[str, Any]) -> str:
