@@ -40,6 +40,11 @@ from moderator.loop import run
 log = logging.getLogger(__name__)
 
 BUDGET_MS = 50.0
+# The moderator as configured by default (its threads: all cores, one scorer each), the same with
+# one scoring thread (MODERATOR_THREADS=1: a core left to the event loop, the broker and the load
+# generator), and the Quix Streams peer (one model call at a time).
+ONE_SCORER = "moderator-1"
+ARMS = ("moderator", ONE_SCORER, "quix")
 BARE_TEXTS = 400
 IDLE_FETCH_WAITS_MS = (5, 100, 500)  # the bench's (and the default), and two a real broker allows
 IDLE_SETTLE_S = 3.0
@@ -157,7 +162,7 @@ def run_goodput(
     *,
     threads: int,
     broker_pid: int = 0,
-    arms: Sequence[str] = ("moderator", "quix"),
+    arms: Sequence[str] = ARMS,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Search each arm's goodput; the bare model and the host bound at the moderator's."""
@@ -178,11 +183,14 @@ def run_goodput(
     peer_plan = PeerPlan((), 1, plan.duration_s)
     for arm in arms:
         tried = 0
+        subject, arm_threads = ("moderator", 1) if arm == ONE_SCORER else (arm, threads)
 
-        def probe(rate: float, arm: str = arm) -> Probe:
+        def probe(
+            rate: float, arm: str = arm, subject: str = subject, arm_threads: int = arm_threads
+        ) -> Probe:
             nonlocal tried
-            row = measure(arm, tried, rate, bootstrap, model_dir, peer_plan, hop,
-                          threads=threads, broker_pid=broker_pid)  # fmt: skip
+            row = measure(subject, tried, rate, bootstrap, model_dir, peer_plan, hop,
+                          threads=arm_threads, broker_pid=broker_pid)  # fmt: skip
             row["loadavg"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
             tried += 1
             ok = row["p99_ms"] is not None and row["p99_ms"] <= BUDGET_MS and not row["missing"]
@@ -197,6 +205,7 @@ def run_goodput(
             "confirmed": confirmed,
             "probes": [dict(p.row, ok=p.ok) for p in probes],
             "host_bound": round(host_bound(cores, bare, cpu), 1) if at_best else None,
+            "threads": arm_threads,
         }
         if checkpoint is not None:
             checkpoint(out)

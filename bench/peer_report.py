@@ -12,7 +12,8 @@ from bench.peer import ARMS, by_arm
 
 HEADING = "## 8. Side by side with a peer: Quix Streams"
 BUDGET_MS = 50.0  # issue 31's p99 budget, end to end
-NAMES = {"moderator": "moderator", "quix": "Quix Streams"}
+NAMES = {"moderator": "moderator", "moderator-1": "moderator, 1 scoring thread",
+         "quix": "Quix Streams"}  # fmt: skip
 
 
 def _f(value: float | None, digits: int = 1) -> str:
