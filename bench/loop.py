@@ -55,9 +55,9 @@ from loadgen.kafka import TopicSet, make_producer
 from loadgen.traffic import TrafficGenerator
 from moderator.loop import run
 from moderator.metrics import REDIS_PARTS, USER_RULES, USER_STEPS
-from moderator.overrides import TOPIC_CONFIG, from_verdict
+from moderator.overrides import from_verdict
 from moderator.records import Verdict
-from moderator.topics import ensure_topics
+from moderator.topics import COMPACTED, ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def limit_for(n: int) -> int:
 async def fill_overrides(bootstrap: str, topic: str, n: int) -> None:
     """`n` overrides on a fresh compacted topic, as moderators' verdicts would leave them (half
     global, half for one channel), of texts the bench's traffic never sends."""
-    await ensure_topics(bootstrap, {topic: 1}, configs={topic: TOPIC_CONFIG})
+    await ensure_topics(bootstrap, {topic: 1}, configs={topic: COMPACTED})
     producer = make_producer(bootstrap)
     await producer.start()
     try:

@@ -19,7 +19,6 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from moderator.compacted import follow, read_to_end, record_key, stop_following
@@ -27,12 +26,11 @@ from moderator.connect import start_client
 from moderator.errors import PolicyError
 from moderator.metrics import Metrics
 from moderator.policy import Policy, merge_specs
-from moderator.topics import ensure_topics
+from moderator.topics import compacted_reader
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KEY = "*"
-TOPIC_CONFIG = {"cleanup.policy": "compact"}
 
 
 class PolicyBook:
@@ -133,17 +131,8 @@ class PolicyFeed:
 
     async def start(self) -> None:
         """Create the topic if missing, read it to its end offsets, then follow it."""
-        try:
-            await ensure_topics(
-                self.options,
-                {self.topic: 1},
-                configs={self.topic: TOPIC_CONFIG},
-                replication=self.replication,
-            )
-        except KafkaError as exc:  # not allowed to create topics: it may exist all the same
-            log.warning("could not make sure the policies topic %s exists: %r", self.topic, exc)
-        self._consumer = consumer = AIOKafkaConsumer(
-            **self.options, group_id=None, enable_auto_commit=False, client_id="moderator-policies"
+        self._consumer = consumer = await compacted_reader(
+            self.options, self.topic, replication=self.replication, what="policies"
         )
         await start_client(consumer, self.options, "the policies consumer")
         started = time.perf_counter()

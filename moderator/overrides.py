@@ -32,7 +32,6 @@ from typing import Any, NamedTuple
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from moderator.compacted import follow, read_to_end, record_key, stop_following
@@ -42,13 +41,12 @@ from moderator.errors import ModeratorError
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
 from moderator.records import SCOPES, VERDICTS, ChatMessage, Verdict
-from moderator.topics import ensure_topics
+from moderator.topics import compacted_reader
 
 log = logging.getLogger(__name__)
 
 REASON = "override"  # the decision's reason
 ACTIONS = VERDICTS  # an override's action is the verdict's
-TOPIC_CONFIG = {"cleanup.policy": "compact"}
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -232,17 +230,8 @@ class Overrides:
 
     async def start(self) -> None:
         """Create the topic if missing, read it to its end offsets, then follow it."""
-        try:
-            await ensure_topics(
-                self.options,
-                {self.topic: 1},
-                configs={self.topic: TOPIC_CONFIG},
-                replication=self.replication,
-            )
-        except KafkaError as exc:  # not allowed to create topics: it may exist all the same
-            log.warning("could not make sure the overrides topic %s exists: %r", self.topic, exc)
-        self._consumer = consumer = AIOKafkaConsumer(
-            **self.options, group_id=None, enable_auto_commit=False, client_id="moderator-overrides"
+        self._consumer = consumer = await compacted_reader(
+            self.options, self.topic, replication=self.replication, what="overrides"
         )
         await start_client(consumer, self.options, "the overrides consumer")
         started = time.perf_counter()

@@ -12,12 +12,12 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
-from moderator.channel_policies import DEFAULT_KEY, TOPIC_CONFIG, PolicyBook
+from moderator.channel_policies import DEFAULT_KEY, PolicyBook
 from moderator.compacted import read_to_end, record_key
 from moderator.connect import start_client, stop_within
 from moderator.errors import PolicyError
 from moderator.policy import Policy
-from moderator.topics import ensure_topics
+from moderator.topics import COMPACTED, ensure_topics
 
 
 @dataclass(eq=False)
@@ -89,7 +89,7 @@ async def write(
 ) -> None:
     """Publish `spec` for `key` (None: a tombstone), acknowledged by every in-sync replica."""
     await ensure_topics(
-        kafka_options, {topic: 1}, configs={topic: TOPIC_CONFIG}, replication=replication
+        kafka_options, {topic: 1}, configs={topic: COMPACTED}, replication=replication
     )
     producer = AIOKafkaProducer(**kafka_options, acks="all", client_id="moderator-policy-cli")
     try:

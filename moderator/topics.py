@@ -1,4 +1,5 @@
-"""Creating the topics (for `moderator dev`, tests, `run --create-topics` and the policies)."""
+"""Creating the topics (for `moderator dev`, tests, `run --create-topics`, the policies and the
+overrides)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from moderator.connect import start_client
 
 log = logging.getLogger(__name__)
+
+COMPACTED = {"cleanup.policy": "compact"}  # the policies and overrides topics: latest per key
 
 
 async def ensure_topics(
@@ -49,3 +53,20 @@ async def ensure_topics(
             log.info("created topics %s", ", ".join(t.name for t in wanted))
     finally:
         await admin.close()
+
+
+async def compacted_reader(
+    options: Mapping[str, Any], topic: str, *, replication: int, what: str
+) -> AIOKafkaConsumer:
+    """Make sure `topic` exists, compacted, with one partition (a broker that refuses to create
+    it may have it all the same: a warning), and a consumer outside any group to read it with,
+    not started yet; `what` names the topic in the warning and the consumer's client id."""
+    try:
+        await ensure_topics(
+            options, {topic: 1}, configs={topic: COMPACTED}, replication=replication
+        )
+    except KafkaError as exc:
+        log.warning("could not make sure the %s topic %s exists: %r", what, topic, exc)
+    return AIOKafkaConsumer(
+        **options, group_id=None, enable_auto_commit=False, client_id=f"moderator-{what}"
+    )

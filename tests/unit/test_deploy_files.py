@@ -23,11 +23,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from console.commands import MODERATOR_SETTINGS
 from console.config import ConsoleSettings, env_name
-from moderator.channel_policies import TOPIC_CONFIG
 from moderator.config import Settings
 from moderator.connect import STOP_TIMEOUT_S
 from moderator.intake import FINAL_COMMIT_MIN_S
 from moderator.loop import LEFTOVER_TIMEOUT_S
+from moderator.topics import COMPACTED
 from moderator.verdict_intake import GROUP_SUFFIX
 from tests.promql import (
     ALERT_RULES,
@@ -297,7 +297,7 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
         assert int(spec["config"]["min.insync.replicas"]) == replicas - 1, name
     for compacted in (settings["MODERATOR_POLICY_TOPIC"], settings["MODERATOR_OVERRIDE_TOPIC"]):
         assert topics[compacted]["partitions"] == 1, compacted
-        assert TOPIC_CONFIG.items() <= topics[compacted]["config"].items(), compacted
+        assert COMPACTED.items() <= topics[compacted]["config"].items(), compacted
     for resource in (*resources["KafkaTopic"], *resources["KafkaUser"]):
         assert resource["apiVersion"] == "kafka.strimzi.io/v1beta2"
         assert resource["metadata"]["labels"]["strimzi.io/cluster"]
