@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -101,16 +101,7 @@ class Feed:
         await self._started(producer, "the verdict producer")
         probe = asyncio.create_task(self._probe(consumer), name="console-probe")
         try:
-            while True:
-                try:
-                    batch = await consumer.getmany(timeout_ms=POLL_MS)
-                except KafkaError as exc:
-                    log.warning("reading the review and verdict topics: %r", exc)
-                    await asyncio.sleep(RETRY_S)
-                    continue
-                for records in batch.values():
-                    for record in records:
-                        self._apply(record)
+            await _read_forever(consumer, "the review and verdict topics", self._apply)
         finally:
             probe.cancel()
 
@@ -156,18 +147,12 @@ class Feed:
                 consumer.seek(tp, at.offset)
             else:  # nothing that recent (or a broker that cannot say): from now on
                 await consumer.seek_to_end(tp)
-        while True:
-            try:
-                batch = await consumer.getmany(timeout_ms=POLL_MS)
-            except KafkaError as exc:
-                log.warning("reading the decision topic: %r", exc)
-                await asyncio.sleep(RETRY_S)
-                continue
-            for records in batch.values():
-                for record in records:
-                    # a record the console cannot read is the moderator's business, not the page's
-                    with contextlib.suppress(BadRecord):
-                        self.board.add_decision(parse_decision(record.value, record.timestamp))
+        await _read_forever(consumer, "the decision topic", self._apply_decision)
+
+    def _apply_decision(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        # a record the console cannot read is the moderator's business, not the page's
+        with contextlib.suppress(BadRecord):
+            self.board.add_decision(parse_decision(record.value, record.timestamp))
 
     async def send(self, verdict: Verdict, timeout_s: float) -> bool:
         """Produce `verdict` (key = message_id); True once the broker took it, False when it did
@@ -196,3 +181,20 @@ class Feed:
         self._sending.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("a verdict was not delivered: %r", task.exception())
+
+
+async def _read_forever(
+    consumer: AIOKafkaConsumer, what: str, on_record: Callable[[ConsumerRecord[bytes, bytes]], None]
+) -> None:
+    """Feed `on_record` every record `consumer` fetches, for good; a failed fetch is logged and
+    retried after RETRY_S (the broker may be away for a while)."""
+    while True:
+        try:
+            batch = await consumer.getmany(timeout_ms=POLL_MS)
+        except KafkaError as exc:
+            log.warning("reading %s: %r", what, exc)
+            await asyncio.sleep(RETRY_S)
+            continue
+        for records in batch.values():
+            for record in records:
+                on_record(record)
