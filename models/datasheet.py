@@ -45,6 +45,11 @@ EVAL_ONLY_SUITES = (
     " al. 2023): test split only; it neither trains nor tunes, so its figures in REPORT.md"
     " are held out like HateCheck's would be.",
     "- The labelled sources' test splits above and the insult comments: report only.",
+    "- `models/CEILING.md`'s linear probe (`python -m models ceiling --probe`) is the one"
+    " place besides the tuner's recall pool that learns from ETHOS's and Stormfront's dev lines: a"
+    " logistic regression on the"
+    " frozen encoder, fitted to measure what it could separate, never saved or shipped; it"
+    " sees no test line.",
 )
 
 DROPPED = (
