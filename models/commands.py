@@ -30,6 +30,7 @@ def missing_extra_modules() -> list[str]:
 SUBCOMMANDS = {
     "build": "train, export, fuse, quantize and evaluate the default model",
     "ship": "compare a rebuilt model with the shipped default, copy it",
+    "requantize": "a built model's fp32 down-projections to int8, outlier channels kept",
     "export": "local HF sequence-classification checkpoint -> model dir",
     "evaluate": "regenerate models/REPORT.md and the manifest's metrics",
     "tradeoff": "synthetic vs real text on weight mixes -> TRADEOFF.md",

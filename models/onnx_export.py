@@ -309,9 +309,13 @@ def write_manifest(
     max_length: int,
     source: str,
     per_channel: bool,
+    outlier_channels: int = 0,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write manifest.json for the int8 model.onnx in out_dir and return it."""
+    """Write manifest.json for the int8 model.onnx in out_dir and return it (`outlier_channels`:
+    the down-projections' split, `models.outliers`; 0 when they were kept fp32)."""
+    from models import outliers
+
     sha = sha256_file(out_dir / MODEL_FILE)
     manifest: dict[str, Any] = {
         "name": name,
@@ -321,9 +325,7 @@ def write_manifest(
         "activation_in_graph": True,
         "max_length": max_length,
         "sha256": sha,
-        "quantization": "dynamic-int8 (QInt8 weights, "
-        + ("per-channel" if per_channel else "per-tensor")
-        + ", onnxruntime quantize_dynamic; feed-forward down-projections kept fp32)",
+        "quantization": outliers.describe(per_channel, outlier_channels),
         "source": source,
         "inputs": list(INPUT_NAMES),
         "output": OUTPUT_NAME,

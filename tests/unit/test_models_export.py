@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 import torch  # the model extra; installed by `make install`
 import transformers
 
-from models import checkpoint, onnx_export
+from models import checkpoint, evaluate, onnx_export, outliers
 
 DETOXIFY = ["toxicity", "severe_toxicity", "obscene", "insult", "threat", "identity_attack"]
 
@@ -73,7 +75,6 @@ def test_export_fuses_attention_and_quantizes(exported: tuple[Path, dict, object
     assert isinstance(result, onnx_export.ExportResult)
     assert result.fused_ops.get("Attention") == 2  # one per layer
     assert result.int8_bytes < result.fp32_bytes
-    import onnx
 
     ops = {node.op_type for node in onnx.load(str(out / "model.onnx")).graph.node}
     assert "QAttention" in ops or "MatMulInteger" in ops
@@ -154,3 +155,102 @@ def test_cli_export_prints_parity(
 )
 def test_choose_activation(labels: list[str], problem_type: str | None, expected: str) -> None:
     assert onnx_export.choose_activation(labels, problem_type) == expected
+
+
+# The down-projection split (models/outliers.py) on the same export.
+
+SPLIT_TEXTS = [
+    "gg wp everyone",
+    "holy shit that clutch was insane lol",
+    "you are the worst player i have ever seen, uninstall the game",
+    "anyone up for a ranked game tonight? bring snacks",
+    " ".join(["this stream is great and the chat is chill"] * 4),
+]
+
+
+def _batches(out: Path) -> list[tuple[Any, Any]]:
+    return outliers.calibration_batches(out / "tokenizer.json", SPLIT_TEXTS, 128, batch=2)
+
+
+def _scores(out: Path, graph: Path) -> np.ndarray[Any, Any]:
+    model = onnx_export.classifier(out, graph, threads=1)
+    return np.vstack([model.score_ids(model.encode([t])) for t in SPLIT_TEXTS])
+
+
+def _ops(graph: Path) -> list[str]:
+    return [n.op_type for n in onnx.load(str(graph), load_external_data=False).graph.node]
+
+
+def test_split_computes_what_the_graph_did(
+    exported: tuple[Path, dict, object], tmp_path: Path
+) -> None:
+    out, _, _ = exported
+    fp32 = out / onnx_export.FP32_FILE
+    maxima = outliers.input_maxima(fp32, _batches(out))
+    assert len(maxima) == 2  # one down-projection per layer
+    split = tmp_path / "split.onnx"
+    kept = outliers.split(fp32, split, maxima, channels=3)
+    assert len(kept) == 2
+    model = onnx.load(str(split))
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    for name in kept:
+        node = next(n for n in model.graph.node if n.name == name)
+        assert weights[node.input[1]].shape[0] == 3  # three channels go fp32
+    downs = {n.input[0]: n.name for n in outliers.down_projections(onnx.load(str(fp32)))}
+    for tensor, top in maxima.items():  # the channels with the largest calibrated values
+        index = weights[f"{downs[tensor]}/outlier_index"]
+        assert sorted(index.tolist()) == sorted(np.argsort(-top)[:3].tolist())
+    np.testing.assert_allclose(_scores(out, split), _scores(out, fp32), atol=1e-5)
+
+
+def test_quantize_leaves_only_the_outlier_channels_in_fp32(
+    exported: tuple[Path, dict, object],
+    tmp_path: Path,
+) -> None:
+    out, _, _ = exported
+    fp32 = out / onnx_export.FP32_FILE
+    kept_fp32 = out / onnx_export.MODEL_FILE  # the export keeps the down-projections fp32
+    assert _ops(kept_fp32).count("MatMul") == 2
+    for source in (fp32, kept_fp32):  # the build's path and requantize's
+        dst = tmp_path / f"{source.stem}-split.onnx"
+        outliers.quantize(source, dst, _batches(out), per_channel=True, channels=2)
+        graph = onnx.load(str(dst), load_external_data=False).graph
+        fp32_matmuls = [n.name for n in graph.node if n.op_type == "MatMul"]
+        assert len(fp32_matmuls) == 2
+        assert all(n.endswith(outliers.OUTLIER_SUFFIX) for n in fp32_matmuls)
+        assert _ops(dst).count("MatMulInteger") > _ops(kept_fp32).count("MatMulInteger")
+        assert np.abs(_scores(out, dst) - _scores(out, fp32)).max() < 0.05
+
+
+def test_requantize_writes_a_model_directory_that_names_its_source(
+    exported: tuple[Path, dict, object],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out, manifest, _ = exported
+    source = tmp_path / "source"
+    shutil.copytree(out, source)
+    seen: dict[str, Any] = {}
+
+    def dev_gaps(model_dir: Path, ref: Path, candidates: dict[str, Path], labels: list[str]) -> Any:
+        seen.update(ref=ref, candidates=candidates)  # the real one reads the labelled dev split
+        return {"split": {"dev_gap_points": 0.25}}
+
+    monkeypatch.setattr(evaluate, "real_dev_gaps", dev_gaps)
+    new_dir = tmp_path / "new"
+    new = outliers.requantize(source, new_dir, SPLIT_TEXTS, channels=2)
+    assert seen["ref"] == source / "model.onnx"
+    assert seen["candidates"] == {"split": new_dir / "model.onnx"}
+    assert new == json.loads((new_dir / "manifest.json").read_text())
+    assert new["requantized"]["from"] == f"{manifest['name']}@{manifest['version']}"
+    assert new["requantized"]["real_dev_vs_source"] == {"dev_gap_points": 0.25}
+    assert new["version"] != manifest["version"]
+    assert "2 largest input channels fp32" in new["quantization"]
+    onnx_export.validate_model_dir(new_dir)
+
+
+def test_describe_names_what_stays_fp32() -> None:
+    assert "down-projections kept fp32" in outliers.describe(False, 0)
+    assert "per-tensor" in outliers.describe(False, 0)
+    assert "4 largest input channels fp32" in outliers.describe(True, 4)
+    assert "per-channel" in outliers.describe(True, 4)

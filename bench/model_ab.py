@@ -1,0 +1,66 @@
+"""Two model directories' CPU per message at batch 1, paired: `python -m bench.model_ab A B`.
+
+Each round scores the same load-generator lines one message per call (tokenizing included, the
+moderator's intra-op threads) with A, then B, then B, then A, so drift in the host's load falls
+on both; the ratio of each round's sums is reported, with its spread over rounds. For a model
+change (a requantized graph, a rebuild) against the one it replaces, on one host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+from bench.goodput import BARE_TEXTS, bare_model_ms
+from bench.texts import bench_texts
+from moderator.config import Settings
+
+
+def isa() -> str:
+    """The host's widest int8 path, which decides how much int8 gains over fp32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    if "avx512_vnni" in flags:
+        return "AVX-512 VNNI"
+    if "avx_vnni" in flags:
+        return "AVX-VNNI"
+    return "AVX2" if "avx2" in flags else platform.machine()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.model_ab", description=__doc__)
+    p.add_argument("a", type=Path, help="the model directory compared against (the old one)")
+    p.add_argument("b", type=Path, help="the model directory measured (the new one)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--texts", type=int, default=BARE_TEXTS)
+    args = p.parse_args(argv)
+    texts = bench_texts(args.texts)
+    threads = Settings().threads
+    ratios: list[float] = []
+    sums = {"a": 0.0, "b": 0.0}
+    for _ in range(args.rounds):
+        a1 = bare_model_ms(args.a, threads, texts)
+        b1 = bare_model_ms(args.b, threads, texts)
+        b2 = bare_model_ms(args.b, threads, texts)
+        a2 = bare_model_ms(args.a, threads, texts)
+        sums["a"] += a1 + a2
+        sums["b"] += b1 + b2
+        ratios.append((b1 + b2) / (a1 + a2))
+    n = 2 * args.rounds
+    print(f"host: {isa()}, {threads} moderator threads, {len(texts)} lines, {args.rounds} rounds")
+    print(f"A {args.a}: {sums['a'] / n:.3f} CPU-ms/msg")
+    print(f"B {args.b}: {sums['b'] / n:.3f} CPU-ms/msg")
+    print(
+        f"B / A: {statistics.median(ratios):.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f});"
+        f" B uses {100 * (1 - statistics.median(ratios)):.1f}% less CPU per message"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
