@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         sums["b"] += b1 + b2
         ratios.append((b1 + b2) / (a1 + a2))
     n = 2 * args.rounds
-    print(f"host: {isa()}, {threads} moderator threads, {len(texts)} lines, {args.rounds} rounds")
+    per_call, _ = Settings(threads=threads).scoring_layout
+    print(f"host: {isa()}, {per_call} intra-op thread(s) a call, {len(texts)} lines each round")
     print(f"A {args.a}: {sums['a'] / n:.3f} CPU-ms/msg")
     print(f"B {args.b}: {sums['b'] / n:.3f} CPU-ms/msg")
     print(

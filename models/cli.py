@@ -147,10 +147,11 @@ QUANT_CANDIDATES = (
     ("per-channel", True, 0),
     ("per-tensor", False, 0),
 )
-# Half the report's 1-point int8-vs-fp32 bar: the choice is made on the dev split, the bar is
-# judged on the test split. The dev split's smallest toxic set (rtp_scored) has 194 lines, so
-# the bar lets no line of it change.
-QUANT_MAX_DEV_GAP_POINTS = 0.5
+# The report's 1-point int8-vs-fp32 bar, applied to the dev split where the choice is made (the
+# report judges it on the test split). It was half a point until 2026-11-26, but one line of the
+# dev split's smallest toxic set (rtp_scored, 194 lines) is 0.52 points: half a point let no
+# line change, a bar no two int8 graphs are sure to meet.
+QUANT_MAX_DEV_GAP_POINTS = 1.0
 
 
 def _pick_quantization(
@@ -307,7 +308,10 @@ def _requantize(args: argparse.Namespace) -> int:
     manifest = outliers.requantize(args.model, args.out, texts, channels=args.channels)
     done = manifest["requantized"]
     _say(f"  {done['from']} -> {manifest['name']}@{manifest['version']}")
+    gap = done["real_dev_vs_source"]["dev_gap_points"]
+    within = "within" if gap <= QUANT_MAX_DEV_GAP_POINTS else "NOT within"
     _say(f"  real dev split against the source graph: {done['real_dev_vs_source']}")
+    _say(f"  dev gap {gap} points: {within} the build's {QUANT_MAX_DEV_GAP_POINTS}-point bar")
     _say(f"next: moderator model ship --from {args.out}, then moderator model evaluate")
     return 0
 
@@ -388,7 +392,9 @@ def _parser() -> argparse.ArgumentParser:
     """)  # fmt: skip
     r.add_argument("--model", type=Path, default=ship.DEFAULT_TO, help="a built model directory")
     r.add_argument("--out", type=Path, required=True, help="the model directory to write")
-    r.add_argument("--channels", type=int, default=4, help="outlier channels kept fp32 (4)")
+    r.add_argument(
+        "--channels", type=int, default=outliers.CHANNELS, help="outlier channels kept fp32"
+    )
     r.set_defaults(func=_requantize)
 
     h = command(sub, "ship", SUBCOMMANDS["ship"], """
