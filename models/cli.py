@@ -137,7 +137,7 @@ def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:
 
 # int8 candidates, in order of preference: (name, per-channel weights, outlier channels kept fp32
 # in each feed-forward down-projection, 0: the whole down-projection kept fp32). Split ones come
-# first: on an AVX-512 VNNI host they take 0.64x the kept-fp32 graph's CPU per message
+# first: on an AVX-512 VNNI host they take 0.65x the kept-fp32 graph's CPU per message
 # (models/outliers.py). Quantizing the down-projections plainly, or SmoothQuant-ing them, was
 # tried and dropped: 6.2 points (plainly, a model of an earlier build, AVX-512 VNNI) and 2.8
 # (SmoothQuant, AVX2) of real-text dev gap to fp32, against 0.3-0.5 for the kept-fp32 ones.
