@@ -305,7 +305,11 @@ def _requantize(args: argparse.Namespace) -> int:
         return 2
     _say(f"requantizing {args.model} -> {args.out} ({args.channels} outlier channels)")
     texts = outliers.calibration_texts()
-    manifest = outliers.requantize(args.model, args.out, texts, channels=args.channels)
+    try:
+        manifest = outliers.requantize(args.model, args.out, texts, channels=args.channels)
+    except ValueError as exc:
+        _say(f"requantize: error: {exc}")
+        return 2
     done = manifest["requantized"]
     _say(f"  {done['from']} -> {manifest['name']}@{manifest['version']}")
     gap = done["real_dev_vs_source"]["dev_gap_points"]

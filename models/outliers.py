@@ -220,10 +220,15 @@ def requantize(
     the new manifest, which records the source model and the dev-split difference to it."""
     import json
 
+    import onnx
+
     from models import evaluate, onnx_export
 
     manifest: dict[str, Any] = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
     source = f"{manifest['name']}@{manifest['version']}"
+    graph_in = onnx.load(str(model_dir / onnx_export.MODEL_FILE), load_external_data=False)
+    if not down_projections(graph_in):
+        raise ValueError(f"{source} has no fp32 down-projections to requantize (already split?)")
     out_dir.mkdir(parents=True, exist_ok=True)
     graph = out_dir / onnx_export.MODEL_FILE
     tokenizer = model_dir / onnx_export.TOKENIZER_FILE

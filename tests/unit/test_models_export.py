@@ -247,6 +247,8 @@ def test_requantize_writes_a_model_directory_that_names_its_source(
     assert new["version"] != manifest["version"]
     assert "2 largest input channels fp32" in new["quantization"]
     onnx_export.validate_model_dir(new_dir)
+    with pytest.raises(ValueError, match="no fp32 down-projections"):
+        outliers.requantize(new_dir, tmp_path / "again", SPLIT_TEXTS)
 
 
 def test_describe_names_what_stays_fp32() -> None:
