@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,16 @@ class Bench:
             self.sample_load(f"scale-up {shape}")
             self.save()
 
+    def checkpoint(self, section: str) -> Callable[[dict[str, Any]], None]:
+        """Stores a long section's partial results and saves them after each step, so a run
+        stopped midway keeps what it measured."""
+
+        def save_partial(partial: dict[str, Any]) -> None:
+            self.results[section] = partial
+            self.save()
+
+        return save_partial
+
     def loop(self, bootstrap: str, broker_pid: int | None = None) -> None:
         """The moderation loop's cost, off vs on, on the default model (bench/loop.py)."""
         from bench.loop import LoopPlan, run_loop
@@ -230,13 +240,9 @@ class Bench:
                         duration_s=self.plan.latency_duration_s,
                         profile=self.plan.profile and not self.args.no_profile)  # fmt: skip
 
-        def checkpoint(partial: dict[str, Any]) -> None:
-            self.results["loop"] = partial
-            self.save()
-
         self.results["loop"] = run_loop(bootstrap, artifacts.DEFAULT_MODEL_DIR, plan,
                                         threads=self.threads, broker_pid=broker_pid or 0,
-                                        checkpoint=checkpoint)  # fmt: skip
+                                        checkpoint=self.checkpoint("loop"))  # fmt: skip
         self.sample_load("loop minilm-l6")
         self.save()
 
@@ -246,16 +252,13 @@ class Bench:
 
         plan = PeerPlan(self.plan.peer_rates, self.plan.peer_pairs, self.plan.latency_duration_s)
 
-        def checkpoint(partial: dict[str, Any]) -> None:
-            self.results["peer"] = partial
-            self.save()
-
         def loadavg() -> str:
             return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
         self.results["peer"] = run_peer(bootstrap, artifacts.DEFAULT_MODEL_DIR, plan,
                                         threads=self.threads, broker_pid=broker_pid or 0,
-                                        checkpoint=checkpoint, sample_load=loadavg)  # fmt: skip
+                                        checkpoint=self.checkpoint("peer"),
+                                        sample_load=loadavg)  # fmt: skip
         self.sample_load("peer minilm-l6")
         self.save()
 
@@ -266,13 +269,9 @@ class Bench:
         start, duration, probes = self.plan.goodput
         plan = GoodputPlan(start, duration, max_probes=probes)
 
-        def checkpoint(partial: dict[str, Any]) -> None:
-            self.results["goodput"] = partial
-            self.save()
-
         self.results["goodput"] = run_goodput(bootstrap, artifacts.DEFAULT_MODEL_DIR, plan,
                                               threads=self.threads, broker_pid=broker_pid or 0,
-                                              checkpoint=checkpoint)  # fmt: skip
+                                              checkpoint=self.checkpoint("goodput"))  # fmt: skip
         self.sample_load("goodput minilm-l6")
         self.save()
 

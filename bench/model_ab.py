@@ -9,27 +9,14 @@ change (a requantized graph, a rebuild) against the one it replaces, on one host
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 from pathlib import Path
 
 from bench.goodput import BARE_TEXTS, bare_model_ms
 from bench.texts import bench_texts
+from loadgen.machine import machine_label
 from moderator.config import Settings
-
-
-def isa() -> str:
-    """The host's widest int8 path, which decides how much int8 gains over fp32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.machine()
-    if "avx512_vnni" in flags:
-        return "AVX-512 VNNI"
-    if "avx_vnni" in flags:
-        return "AVX-VNNI"
-    return "AVX2" if "avx2" in flags else platform.machine()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios.append((b1 + b2) / (a1 + a2))
     n = 2 * args.rounds
     per_call, _ = Settings(threads=threads).scoring_layout
-    print(f"host: {isa()}, {per_call} intra-op thread(s) a call, {len(texts)} lines each round")
+    print(f"host: {machine_label()}; {per_call} intra-op thread(s) a call; {len(texts)} lines")
     print(f"A {args.a}: {sums['a'] / n:.3f} CPU-ms/msg")
     print(f"B {args.b}: {sums['b'] / n:.3f} CPU-ms/msg")
     print(

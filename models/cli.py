@@ -166,9 +166,10 @@ def _pick_quantization(
 
     fp32 = out / onnx_export.FP32_FILE
     candidates = [c for c in QUANT_CANDIDATES if not (per_tensor_only and c[1])]
-    batches = outliers.calibration_batches(
-        out / onnx_export.TOKENIZER_FILE, outliers.calibration_texts(), train.MAX_LENGTH
+    fp32_scorer = onnx_export.classifier(
+        out, fp32, info=onnx_export.candidate_info(corpus.LABELS, train.MAX_LENGTH)
     )
+    batches = outliers.calibration_batches(fp32_scorer, outliers.calibration_texts())
     with tempfile.TemporaryDirectory(prefix="quant-") as tmp:
         paths: dict[str, Path] = {}
         for name, per_channel, channels in candidates:

@@ -165,11 +165,17 @@ def ffn_down_projections(path: Path) -> list[str]:
     """
     import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
-    producer = {out: node.op_type for node in graph.node for out in node.output}
+    model = onnx.load(str(path), load_external_data=False)
+    return [node.name for node in down_projection_nodes(model)]
+
+
+def down_projection_nodes(model: Any) -> list[Any]:
+    """The fp32 MatMul nodes of an ONNX model that read a GELU's output (`ffn_down_projections`;
+    `models.outliers` splits them)."""
+    producer = {out: node.op_type for node in model.graph.node for out in node.output}
     return [
-        node.name
-        for node in graph.node
+        node
+        for node in model.graph.node
         if node.op_type == "MatMul" and producer.get(node.input[0]) in GELU_OPS
     ]
 

@@ -21,9 +21,14 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from models.onnx_export import down_projection_nodes
+
+if TYPE_CHECKING:
+    from moderator.classifier import Classifier
 
 # Chosen on the shipped model's real dev split (chat-like and toxic lines), against its graph with
 # the down-projections fp32: 4, 8 and 16 channels all gave a mean absolute score difference of
@@ -31,18 +36,6 @@ import numpy as np
 CHANNELS = 8
 CALIBRATION_LINES = 1500
 OUTLIER_SUFFIX = "/outlier_channels"
-
-
-def down_projections(model: Any) -> list[Any]:
-    """The fp32 MatMul nodes reading a GELU's output (the same rule as ffn_down_projections)."""
-    from models.onnx_export import GELU_OPS
-
-    producer = {out: node.op_type for node in model.graph.node for out in node.output}
-    return [
-        node
-        for node in model.graph.node
-        if node.op_type == "MatMul" and producer.get(node.input[0]) in GELU_OPS
-    ]
 
 
 def input_maxima(
@@ -54,7 +47,7 @@ def input_maxima(
     import onnxruntime as ort
 
     model = onnx.load(str(graph))
-    names = [node.input[0] for node in down_projections(model)]
+    names = [node.input[0] for node in down_projection_nodes(model)]
     for name in names:
         model.graph.output.append(
             onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
@@ -85,7 +78,7 @@ def split(
     graph = model.graph
     weights = {init.name: init for init in graph.initializer}
     kept: list[str] = []
-    for node in down_projections(model):
+    for node in down_projection_nodes(model):
         x, name = node.input[0], node.name
         weight = numpy_helper.to_array(weights[node.input[1]]).astype(np.float32)
         outliers = np.sort(np.argsort(-maxima[x], kind="stable")[:channels])
@@ -148,7 +141,7 @@ def quantize(
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     source = onnx.load(str(src), load_external_data=False)
-    downs = [node.name for node in down_projections(source)]
+    downs = [node.name for node in down_projection_nodes(source)]
     already_int8 = any(node.op_type == "MatMulInteger" for node in source.graph.node)
     with tempfile.TemporaryDirectory(prefix="outliers-") as tmp:
         split_path = Path(tmp) / "split.onnx"
@@ -165,26 +158,13 @@ def quantize(
 
 
 def calibration_batches(
-    tokenizer: Path, texts: Sequence[str], max_length: int, batch: int = 32
+    scorer: Classifier, texts: Sequence[str], batch: int = 32
 ) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
-    """`texts` normalized and tokenized as the runtime does, in length-sorted padded batches."""
-    from tokenizers import Tokenizer
-
+    """`texts` encoded by the runtime's `Classifier`, in length-sorted padded batches."""
     from moderator.classifier import padded
-    from moderator.normalize import normalize_text
 
-    tok = Tokenizer.from_file(str(tokenizer))
-    tok.enable_truncation(max_length)
-    tok.no_padding()
-    encoded = sorted(
-        (
-            np.asarray(e.ids, dtype=np.int64)
-            for e in tok.encode_batch([normalize_text(t) for t in texts])
-        ),
-        key=len,
-    )
-    pad = tok.token_to_id("[PAD]") or 0
-    return [padded(encoded[i : i + batch], pad) for i in range(0, len(encoded), batch)]
+    encoded = sorted(scorer.encode(texts), key=len)
+    return [padded(encoded[i : i + batch], scorer.pad_id) for i in range(0, len(encoded), batch)]
 
 
 def calibration_texts(limit: int = CALIBRATION_LINES, seed: int = 0) -> list[str]:
@@ -227,12 +207,12 @@ def requantize(
     manifest: dict[str, Any] = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
     source = f"{manifest['name']}@{manifest['version']}"
     graph_in = onnx.load(str(model_dir / onnx_export.MODEL_FILE), load_external_data=False)
-    if not down_projections(graph_in):
+    if not down_projection_nodes(graph_in):
         raise ValueError(f"{source} has no fp32 down-projections to requantize (already split?)")
     out_dir.mkdir(parents=True, exist_ok=True)
     graph = out_dir / onnx_export.MODEL_FILE
     tokenizer = model_dir / onnx_export.TOKENIZER_FILE
-    batches = calibration_batches(tokenizer, texts, int(manifest["max_length"]))
+    batches = calibration_batches(onnx_export.classifier(model_dir), texts)
     quantize(
         model_dir / onnx_export.MODEL_FILE, graph, batches, per_channel=True, channels=channels
     )

@@ -169,7 +169,7 @@ SPLIT_TEXTS = [
 
 
 def _batches(out: Path) -> list[tuple[Any, Any]]:
-    return outliers.calibration_batches(out / "tokenizer.json", SPLIT_TEXTS, 128, batch=2)
+    return outliers.calibration_batches(onnx_export.classifier(out), SPLIT_TEXTS, batch=2)
 
 
 def _scores(out: Path, graph: Path) -> np.ndarray[Any, Any]:
@@ -196,7 +196,7 @@ def test_split_computes_what_the_graph_did(
     for name in kept:
         node = next(n for n in model.graph.node if n.name == name)
         assert weights[node.input[1]].shape[0] == 3  # three channels go fp32
-    downs = {n.input[0]: n.name for n in outliers.down_projections(onnx.load(str(fp32)))}
+    downs = {n.input[0]: n.name for n in onnx_export.down_projection_nodes(onnx.load(str(fp32)))}
     for tensor, top in maxima.items():  # the channels with the largest calibrated values
         index = weights[f"{downs[tensor]}/outlier_index"]
         assert sorted(index.tolist()) == sorted(np.argsort(-top)[:3].tolist())
