@@ -177,9 +177,10 @@ def render(
         "line's split is a hash of its normalised text (`models/realdata.py`): the same line",
         "is in one split whatever source it came from.",
         "",
-        "- **train**: fine-tuning, beside the template corpus;",
-        "- **dev**: choosing the default policy's thresholds (`models/tuning.py`), never trained"
-        " on;",
+        "- **train**: fine-tuning, beside the template corpus, and 1,500 chat-like and toxic lines"
+        " to calibrate the int8 split (`models/outliers.py`);",
+        "- **dev**: choosing the default policy's thresholds (`models/tuning.py`) and the int8"
+        " candidate with its outlier channel count (`models/cli.py`), never trained on;",
         "- **test**: `models/REPORT.md` only.",
         "",
         "## Real text",
