@@ -1,6 +1,8 @@
 """Hold for review, with context: every `review` decision also becomes a review record for the
 review topic (moderator/schemas/review.schema.json), the held message with its channel's last
 messages before it, and the message is held (moderator/held.py) until a verdict or its timeout.
+The decision itself then says when that timeout falls and what it will decide (its `review`
+field), the same deadline and fallback the held message keeps.
 
 Every decided message is pushed onto its channel's context ring (the Redis list
 `moderator:ctx:<channel_id>`, its last few messages, gone CONTEXT_TTL_S after the channel's
@@ -131,6 +133,15 @@ REVIEW_FIELDS = (
 )
 
 
+def with_review(decision: bytes | None, held: Held) -> bytes:
+    """The `review` decision with its `review` field: when its final decision is due and the
+    fallback it then gets, the held message's own, so a chat service plans with what the timeout
+    will actually do (moderator/schemas/decision.schema.json)."""
+    fields = orjson.loads(decision or b"{}")
+    fields["review"] = {"due_at_ms": held["expires_at_ms"], "fallback": held["review_fallback"]}
+    return orjson.dumps(fields)
+
+
 def encode_review(held: Held, context: list[dict[str, Any]], *, context_missing: bool) -> bytes:
     """The review record (moderator/schemas/review.schema.json)."""
     record = {name: held[name] for name in REVIEW_FIELDS}
@@ -205,7 +216,11 @@ class Review:
                     entries, held["message_id"], limit=self.context, max_bytes=self.context_bytes
                 )
             value = encode_review(held, context, context_missing=rings is None)
-            outcomes[i] = outcomes[i]._replace(review=value, review_key=held["message_id"].encode())
+            outcomes[i] = outcomes[i]._replace(
+                value=with_review(outcomes[i].value, held),
+                review=value,
+                review_key=held["message_id"].encode(),
+            )
         return outcomes
 
 

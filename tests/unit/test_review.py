@@ -15,7 +15,7 @@ from moderator.finals import encode_final, final_key
 from moderator.held import FINAL_KEEP_S, HeldStore, RedisUnavailable
 from moderator.metrics import Metrics
 from moderator.policy import Policy, read_spec
-from moderator.records import ChatMessage, Outcome, Verdict, parse_verdict
+from moderator.records import ChatMessage, Outcome, Timing, Verdict, encode_decision, parse_verdict
 from moderator.review import (
     Review,
     encode_review,
@@ -192,6 +192,31 @@ async def test_without_redis_what_was_decided_is_forgotten_as_redis_would_forget
     assert (await store.apply("m-1", "v/0/2")).status == "late", "kept a while"
     await store.claim_due(now_ms + FINAL_KEEP_S * 1000 + 1000)
     assert (await store.apply("m-1", "v/0/3")).status == "not_held", "then forgotten"
+
+
+async def test_a_review_decision_says_the_deadline_and_fallback_its_held_message_keeps() -> None:
+    policy = Policy.from_mapping(
+        {**read_spec(), "review_timeout_s": 90, "review_fallback": "block"}
+    )
+    value = encode_decision(CHAT, action="review", reason="threat", severity="medium",
+                            scores={"threat": 0.6}, model="m@1", policy=policy.ident,
+                            cached=False, degraded=False, timing=Timing(0.0, 1.0, 1.0),
+                            decided_at_ms=5, over_budget=False, span=(0, 20))  # fmt: skip
+    allowed = ChatMessage("m-10", "c-1", "u-1", "gg", 2)
+    store = HeldStore(NoRedis(enabled=True), Metrics(), group="g", timeout_s=0.1)
+    review = Review(store, Metrics(), context=5, context_bytes=4096, labels=())
+    held_out, allowed_out = await review.after_decisions(
+        [(CHAT, policy, Outcome(None, value, [], action="review")),
+         (allowed, policy, Outcome(None, b'{"action": "allow"}', [], action="allow"))]
+    )  # fmt: skip
+    decision = check_decision(orjson.loads(held_out.value or b""))
+    record = check_review(orjson.loads(held_out.review or b""))
+    (kept,) = await store.claim_due(record["expires_at_ms"])  # what the timeout will use
+    assert decision["review"] == {"due_at_ms": kept["expires_at_ms"], "fallback": "block"}
+    assert kept["expires_at_ms"] - kept["held_at_ms"] == 90_000, "the channel policy's timeout"
+    assert record["expires_at_ms"] == decision["review"]["due_at_ms"]
+    assert {**decision, "review": None} == {**orjson.loads(value), "review": None}, "else as was"
+    assert allowed_out.value == b'{"action": "allow"}', "only a review decision gains the field"
 
 
 class RecordingStore:
