@@ -1,11 +1,11 @@
 """The console's ASGI app (Starlette): one page, its event stream, and the moderators' actions.
 
-Access: a moderator is whoever the identity header names (set by an authenticating proxy, when
-configured) or whoever logged in with a token (the session cookie, signed). Nothing but the login
-works without an identity. Every POST is checked against CSRF twice: its Origin (when the browser
-sends one) must be this site, and it must carry the session's CSRF token (a form field, or the
-X-CSRF-Token header of the page's own requests). The page builds every user text with
-`textContent` and the CSP allows no inline script, so a chat message is only ever text.
+Access: a moderator is whoever logged in with a token (the session cookie, signed), or whoever
+the ID token an OIDC proxy passes names once verified (console/auth.py); no header is taken at
+its word. Nothing but the login works without an identity. Every request that may change state
+passes console/csrf.py's one check (its Origin, and the session's CSRF token), whichever way its
+sender is identified. The page builds every user text with `textContent` and the CSP allows no
+inline script, so a chat message is only ever text.
 
 A verdict waits out the undo grace period (`undo_grace_s`) in this console before it is
 produced: the item leaves this console's pages at once, other consoles show it as being decided
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,9 +39,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from console.auth import TokenRefused, verifier_from
 from console.board import Board
 from console.claims import PENDING_MARGIN_MS, Claims
 from console.config import ConsoleSettings, token_matches
+from console.csrf import CsrfGuard, renew, session_token
 from console.feed import Feed
 from console.records import SCOPES, VERDICTS, Verdict, now_ms
 
@@ -94,6 +95,7 @@ class Console:
     def __init__(self, settings: ConsoleSettings, board: Board, feed: Feed, claims: Claims) -> None:
         self.settings = settings
         self.logins = settings.logins()
+        self.verifier = verifier_from(settings)
         self.board = board
         self.feed = feed
         self.claims = claims
@@ -102,25 +104,19 @@ class Console:
     # -- identity and CSRF ---------------------------------------------------------------------
 
     def identity(self, request: Request) -> str | None:
-        if self.settings.identity_header:
-            who = request.headers.get(self.settings.identity_header, "").strip()
-            if who:
-                return who
+        """The proxy's verified ID token's moderator (a bad token names nobody, it never falls
+        back to the session), else the session's login."""
+        if self.verifier is not None and (token := self.verifier.token(request.headers)):
+            try:
+                return self.verifier.moderator(token)
+            except TokenRefused as exc:
+                log.warning("console: an ID token refused: %s", exc)
+                return None
         found = request.session.get("moderator_id")
         return found if isinstance(found, str) and found else None
 
     def csrf(self, request: Request) -> str:
-        token = request.session.get("csrf")
-        if not isinstance(token, str):
-            token = request.session["csrf"] = secrets.token_urlsafe(32)
-        return token
-
-    def csrf_ok(self, request: Request, given: str | None) -> bool:
-        origin = request.headers.get("origin")
-        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-            return False
-        expected = request.session.get("csrf")
-        return bool(given and isinstance(expected, str) and hmac.compare_digest(given, expected))
+        return session_token(request)
 
     # -- pages ---------------------------------------------------------------------------------
 
@@ -136,25 +132,18 @@ class Console:
         })  # fmt: skip
 
     async def login(self, request: Request) -> Response:
-        form = await request.form()
-        csrf, token = form.get("csrf"), form.get("token")
-        if not self.csrf_ok(request, csrf if isinstance(csrf, str) else None):
-            return JSONResponse({"error": "csrf"}, status_code=403)
+        token = (await request.form()).get("token")  # its CSRF token checked by CsrfGuard
         who = token_matches(token, self.logins) if isinstance(token, str) else None
         if who is None:
             log.warning("console: a login with an unknown token")
             return RedirectResponse("/?login=failed", status_code=303)
         request.session["moderator_id"] = who
-        request.session["csrf"] = secrets.token_urlsafe(32)  # a new session, a new token
+        renew(request)  # a new session, a new CSRF token
         log.info("console: %s logged in", who)
         return RedirectResponse("/", status_code=303)
 
     async def logout(self, request: Request) -> Response:
-        form = await request.form()
-        csrf = form.get("csrf")
-        if not self.csrf_ok(request, csrf if isinstance(csrf, str) else None):
-            return JSONResponse({"error": "csrf"}, status_code=403)
-        request.session.clear()
+        request.session.clear()  # its CSRF token checked by CsrfGuard
         return RedirectResponse("/", status_code=303)
 
     async def health(self, request: Request) -> Response:
@@ -191,9 +180,7 @@ class Console:
     async def _action(
         self, request: Request, handle: Callable[[str, dict[str, Any]], Awaitable[Response]]
     ) -> Response:
-        if not self.csrf_ok(request, request.headers.get("x-csrf-token")):
-            return JSONResponse({"error": "csrf"}, status_code=403)
-        who = self.identity(request)
+        who = self.identity(request)  # its CSRF token checked by CsrfGuard
         if who is None:
             return JSONResponse({"error": "no identity: log in first"}, status_code=401)
         try:
@@ -383,6 +370,7 @@ def create_app(settings: ConsoleSettings, board: Board, feed: Feed, claims: Clai
                 same_site="strict",
                 https_only=settings.secure_cookies,
             ),
+            Middleware(CsrfGuard),  # inside the session: every POST, whatever its route
         ],
         lifespan=lifespan,
     )

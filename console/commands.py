@@ -15,7 +15,8 @@ from moderator.redaction import protect
 
 # What the console reads of the moderator's settings: Kafka, Redis (claims) and the loop's topics.
 MODERATOR_SETTINGS = (*KAFKA_CONNECTION, "review_topic", "verdict_topic", "out_topic", "redis_url")
-EXTRA_MODULES = ("starlette", "uvicorn", "sse_starlette", "itsdangerous", "multipart")
+EXTRA_MODULES = ("starlette", "uvicorn", "sse_starlette", "itsdangerous", "multipart", "jwt",
+                 "cryptography")  # fmt: skip
 EXTRA_HINT = "pip install . './tools[console]'"
 
 
@@ -26,13 +27,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     cmd = command(sub, "console", "the review console for human moderators, a web page (the "
                   "console extra)", """
         MODERATOR_CONSOLE_TOKENS=alice:s3cret-token moderator console
-        moderator console --port 8080 --identity-header X-Forwarded-Email
+        moderator console --host 127.0.0.1 --oidc-issuer https://idp.example.com \\
+            --oidc-audience console-client-id --oidc-key-file /etc/console/oidc/jwks.json
         moderator console --kafka-bootstrap kafka:9092 --redis-url redis://cache:6379/0
     """, description="""\
 A web page for human moderators: the held messages of the review topic, live, with their
 context; claim, allow / nudge / block (a verdict on the verdict topic); history, filters and an
-overview of the decision topic. Log in with a token, or run it behind a proxy that sets the
-identity header.""")  # fmt: skip
+overview of the decision topic. Log in with a token, or run it behind an OIDC proxy
+(oauth2-proxy) whose ID tokens the console verifies against the identity provider's pinned key.
+No header is trusted by itself.""")  # fmt: skip
     add_setting_flags(cmd, MODERATOR_SETTINGS)
     add_console_flags(cmd)
     log_flags(cmd, argparse.SUPPRESS)

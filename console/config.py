@@ -22,7 +22,13 @@ class ConsoleSettings:
     port: int = 8080
     tokens: str = ""
     tokens_file: str = ""
-    identity_header: str = ""
+    oidc_issuer: str = ""
+    oidc_audience: str = ""
+    oidc_key_file: str = ""
+    oidc_claim: str = "email"
+    oidc_header: str = "Authorization"
+    oidc_algorithms: str = "RS256"
+    oidc_leeway_s: float = 30.0
     secret: str = ""
     secure_cookies: bool = False
     undo_grace_s: float = 10.0
@@ -61,10 +67,14 @@ class ConsoleSettings:
         return logins
 
     def check(self) -> None:
-        if not self.logins() and not self.identity_header:
+        """Refuse to start with no way to log in, or a half-made OIDC set-up."""
+        from console.auth import verifier_from  # the console extra's PyJWT
+
+        if verifier_from(self) is None and not self.logins():
             raise ConfigError(
                 "the console has no way to log in: set MODERATOR_CONSOLE_TOKENS (or _TOKENS_FILE) "
-                "or MODERATOR_CONSOLE_IDENTITY_HEADER (a header your authenticating proxy sets)"
+                "or MODERATOR_CONSOLE_OIDC_ISSUER, _AUDIENCE and _KEY_FILE (the ID tokens your "
+                "OIDC proxy passes, verified)"
             )
 
     def secrets(self) -> list[str]:
@@ -75,6 +85,12 @@ class ConsoleSettings:
         cls, environ: Mapping[str, str] | None = None, **overrides: Any
     ) -> ConsoleSettings:
         environ = os.environ if environ is None else environ
+        if environ.get(DROPPED) or overrides.get("identity_header"):
+            raise ConfigError(
+                f"{DROPPED} is no longer read: a header alone is not authentication (anyone "
+                "who reaches the console can send it). Set MODERATOR_CONSOLE_OIDC_* to verify "
+                "your proxy's ID tokens, or give moderators tokens (README, the review console)"
+            )
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             raw = overrides.get(f.name)
@@ -93,6 +109,9 @@ class ConsoleSettings:
         return cls(**values)
 
 
+DROPPED = "MODERATOR_CONSOLE_IDENTITY_HEADER"  # a bare trusted header, refused since issue 43
+
+
 def env_name(name: str) -> str:
     return "MODERATOR_CONSOLE_" + name.upper()
 
@@ -102,8 +121,15 @@ HELP = {
     "port": "the console's HTTP port",
     "tokens": "logins, moderator_id:token,... (a secret)",
     "tokens_file": "logins, a file of `moderator_id token` lines (a secret)",
-    "identity_header": "header an authenticating proxy sets to the moderator's id "
-    "(e.g. X-Forwarded-Email); only behind such a proxy",
+    "oidc_issuer": "issuer (`iss`) of the ID tokens an OIDC proxy passes (e.g. oauth2-proxy's "
+    "--oidc-issuer-url); with _audience and _key_file, the proxy mode",
+    "oidc_audience": "audience (`aud`) the ID tokens must name: the proxy's OAuth client id",
+    "oidc_key_file": "the identity provider's public key, pinned: a PEM file or a JWKS file",
+    "oidc_claim": "the ID token's claim that is the moderator id",
+    "oidc_header": "header carrying the ID token (Authorization: `Bearer <jwt>`, or a header "
+    "holding the bare token)",
+    "oidc_algorithms": "signature algorithms accepted, comma-separated (asymmetric only)",
+    "oidc_leeway_s": "seconds of clock skew allowed on `exp` and `nbf`",
     "secret": "key signing the session cookies (random per process if unset: sessions end "
     "with it, and several replicas need the same one)",
     "secure_cookies": "mark cookies Secure (served over HTTPS)",

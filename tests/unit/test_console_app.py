@@ -22,6 +22,7 @@ from console.feed import Feed
 from console.records import Verdict, now_ms, parse_review
 from moderator.config import Settings, settings_from_args
 from moderator.errors import ConfigError
+from tests.oidc import AUDIENCE, ISSUER, Provider, bearer
 
 TOKENS = "alice:alice-token-1,bob:bob-token-22"
 
@@ -212,19 +213,106 @@ def test_a_verdict_goes_out_once_its_grace_is_over_and_then_cannot_be_undone(
         assert "m-2" not in board.items
 
 
-def test_a_proxy_header_names_the_moderator_when_configured(board: Board) -> None:
-    client = app(board, tokens="", identity_header="X-Forwarded-Email")
-    session = client.get("/api/session", headers={"X-Forwarded-Email": "carol@example.com"}).json()
+@pytest.fixture(scope="module")
+def idp() -> Provider:
+    return Provider()
+
+
+def behind_proxy(board: Board, idp: Provider, key_file: Path, **settings: Any) -> TestClient:
+    """The console in the proxy mode: the ID tokens of `idp` verified against its pinned key."""
+    idp.pem(key_file)
+    settings = {"tokens": "", **settings}
+    return app(board, oidc_issuer=ISSUER, oidc_audience=AUDIENCE, oidc_key_file=str(key_file),
+               **settings)  # fmt: skip
+
+
+def test_a_forged_identity_header_names_nobody_in_either_mode(
+    board: Board, idp: Provider, tmp_path: Path
+) -> None:
+    forged = {"X-Forwarded-Email": "mallory@evil", "X-Forwarded-User": "mallory",
+              "X-Auth-Request-Email": "mallory@evil", "Remote-User": "mallory"}  # fmt: skip
+    feed = TopicFeed(board)
+    for client in (app(board, feed), behind_proxy(board, idp, tmp_path / "idp.pem", feed=feed)):
+        session = client.get("/api/session", headers=forged).json()
+        assert session["moderator_id"] is None
+        reply = client.post("/api/verdict", json={"message_id": "m-1", "verdict": "allow"},
+                            headers={**forged, "X-CSRF-Token": session["csrf"]})  # fmt: skip
+        assert reply.status_code == 401
+        assert client.get("/events", headers=forged).status_code == 401
+    assert feed.sent == []
+    assert "m-1" in board.items
+
+
+def test_the_proxys_verified_id_token_names_the_moderator_by_its_claim(
+    board: Board, idp: Provider, tmp_path: Path
+) -> None:
+    client = behind_proxy(board, idp, tmp_path / "idp.pem")
+    token = bearer(idp.token("carol@example.com"))
+    session = client.get("/api/session", headers=token).json()
     assert session["moderator_id"] == "carol@example.com"
     assert session["token_login"] is False
-    reply = act(client, session["csrf"], "/api/verdict", message_id="m-1", verdict="allow")
-    assert reply.status_code == 401  # the header on every request, or no identity
-    reply = client.post(
-        "/api/verdict", json={"message_id": "m-1", "verdict": "allow"},
-        headers={"X-CSRF-Token": session["csrf"], "X-Forwarded-Email": "carol@example.com"},
-    )  # fmt: skip
+    # The header on every request: a cookie alone names nobody in this mode.
+    assert act(client, session["csrf"], "/api/verdict", message_id="m-1",
+               verdict="allow").status_code == 401  # fmt: skip
+    reply = client.post("/api/verdict", json={"message_id": "m-1", "verdict": "allow"},
+                        headers={**token, "X-CSRF-Token": session["csrf"]})  # fmt: skip
     assert reply.status_code == 200
     assert board.first["m-1"].moderator_id == "carol@example.com"
+
+
+def test_a_forged_expired_or_foreign_token_is_refused(
+    board: Board, idp: Provider, tmp_path: Path
+) -> None:
+    feed = TopicFeed(board)
+    client = behind_proxy(board, idp, tmp_path / "idp.pem", feed=feed, tokens=TOKENS)
+    csrf = logged_in(client, "alice-token-1")  # a bad token does not fall back to her login
+    mallory = Provider(kid=idp.kid)  # her own key under the provider's key id
+    for token in (mallory.token("carol@example.com"),
+                  idp.token("carol@example.com", exp=int(time.time()) - 3600),
+                  idp.token("carol@example.com", aud="another-app"),
+                  idp.token("carol@example.com", iss="https://evil.example"),
+                  "mallory@evil"):  # fmt: skip
+        assert client.get("/api/session", headers=bearer(token)).json()["moderator_id"] is None
+        reply = client.post("/api/verdict", json={"message_id": "m-1", "verdict": "block"},
+                            headers={**bearer(token), "X-CSRF-Token": csrf})  # fmt: skip
+        assert reply.status_code == 401
+    assert client.get("/api/session").json()["moderator_id"] == "alice"
+    assert feed.sent == []
+    assert "m-1" in board.items
+
+
+def test_a_post_with_a_valid_token_still_needs_the_sessions_csrf_token(
+    board: Board, idp: Provider, tmp_path: Path
+) -> None:
+    """A browser behind the proxy sends the proxy's cookie, hence the token, to any page's post."""
+    client = behind_proxy(board, idp, tmp_path / "idp.pem")
+    token = bearer(idp.token("carol@example.com"))
+    csrf = client.get("/api/session", headers=token).json()["csrf"]
+    body = {"message_id": "m-1", "verdict": "block"}
+    assert client.post("/api/verdict", json=body, headers=token).status_code == 403
+    forged = {**token, "X-CSRF-Token": "forged"}
+    assert client.post("/api/verdict", json=body, headers=forged).status_code == 403
+    cross = {**token, "X-CSRF-Token": csrf, "Origin": "https://evil.example"}
+    assert client.post("/api/verdict", json=body, headers=cross).status_code == 403
+    assert "m-1" in board.items
+
+
+def test_every_state_changing_route_passes_the_csrf_check(board: Board) -> None:
+    """Routes added later included: each is asked without the session's token."""
+    client = app(board)
+    csrf = logged_in(client, "alice-token-1")
+    changing = [(route.path, method) for route in client.app.routes  # type: ignore[attr-defined]
+                for method in sorted(getattr(route, "methods", None) or ())
+                if method not in ("GET", "HEAD", "OPTIONS")]  # fmt: skip
+    assert ("/api/verdict", "POST") in changing
+    assert ("/logout", "POST") in changing
+    for path, method in changing:
+        for headers in ({}, {"X-CSRF-Token": "forged"},
+                        {"X-CSRF-Token": csrf, "Origin": "https://evil.example"}):  # fmt: skip
+            reply = client.request(method, path, json={"message_id": "m-1"}, headers=headers)
+            assert reply.status_code == 403, (method, path, headers)
+            assert reply.json() == {"error": "csrf"}
+    assert "m-1" in board.items
 
 
 def test_the_topics_are_the_moderators_settings_read_by_the_console_command(
