@@ -33,9 +33,9 @@ def available_cores() -> int:
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 OFFSET_RESETS = ("earliest", "latest")
-_TOPIC_ROLES = ("in", "out", "dlq", "policy", "review", "verdict", "override")
+_TOPIC_ROLES = ("in", "out", "dlq", "policy", "review", "verdict", "override", "audit")
 TOPICS = tuple(f"{role}_topic" for role in _TOPIC_ROLES)  # checked in this order
-OPTIONAL_TOPICS = ("policy_topic", "override_topic")  # empty: off
+OPTIONAL_TOPICS = ("policy_topic", "override_topic", "audit_topic")  # empty: off
 # What a late cache miss gets under overload (moderator/degrade.py); `off` waits for the model.
 DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
@@ -60,6 +60,7 @@ HELP = {
     "review_context": "messages of the channel before a held one, sent with it (0: none)",
     "review_context_bytes": "UTF-8 bytes of context texts sent with a held message, at most",
     "override_topic": "compacted topic of moderators' overrides, replayed and followed; empty: off",
+    "audit_topic": "append-only topic of who gave verdicts and changed overrides; empty: off",
     "threads": "threads the model scores on (capped at the cores we may use)",
     "batch_threads": "intra-op threads one batch runs on; threads // batch_threads batches "
     "run at once",
@@ -114,6 +115,7 @@ class Settings:
     review_context: int = 5
     review_context_bytes: int = 4096
     override_topic: str = "chat.overrides"
+    audit_topic: str = "chat.audit"
     threads: int = DEFAULT_THREADS
     batch_threads: int = 1
     budget_ms: float = 50.0

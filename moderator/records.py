@@ -144,6 +144,10 @@ def json_type(value: object) -> str:
 
 VERDICTS = ("allow", "nudge", "block")  # what a human may decide about a held message
 SCOPES = ("global", "channel")  # where the verdict's override applies
+# A verdict that names no scope overrides its message's channel only: one click must not become a
+# platform-wide rule (issue 43). A verdict record written for the old default (`global`) must now
+# say `"scope": "global"`.
+DEFAULT_SCOPE = "channel"
 
 
 class Verdict(NamedTuple):
@@ -155,6 +159,7 @@ class Verdict(NamedTuple):
     reason: str | None
     scope: str
     at_ms: int
+    override_expires_at_ms: int | None = None  # when the override it makes stops applying
 
 
 def parse_verdict(value: bytes | None, *, max_bytes: int) -> Verdict:
@@ -172,7 +177,7 @@ def parse_verdict(value: bytes | None, *, max_bytes: int) -> Verdict:
     reason = data.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise InvalidRecord("wrong_type", f"'reason' must be a string, got {json_type(reason)}")
-    scope = data.get("scope", "global")
+    scope = data.get("scope", DEFAULT_SCOPE)
     if scope not in SCOPES:
         raise InvalidRecord("invalid_verdict", f"'scope' must be one of {', '.join(SCOPES)}")
     at_ms = data.get("at_ms")
@@ -180,7 +185,12 @@ def parse_verdict(value: bytes | None, *, max_bytes: int) -> Verdict:
         raise InvalidRecord("missing_field", "the required field 'at_ms' is missing")
     if type(at_ms) is not int:
         raise InvalidRecord("wrong_type", f"'at_ms' must be an integer, got {json_type(at_ms)}")
-    return Verdict(message_id, verdict, moderator_id, reason, scope, at_ms)
+    expires = data.get("override_expires_at_ms")
+    if expires is not None and type(expires) is not int:
+        raise InvalidRecord(
+            "wrong_type", f"'override_expires_at_ms' must be an integer, got {json_type(expires)}"
+        )
+    return Verdict(message_id, verdict, moderator_id, reason, scope, at_ms, expires)
 
 
 class Timing(NamedTuple):

@@ -35,7 +35,7 @@ from moderator.compacted import read_to_end
 from moderator.config import Settings, add_setting_flags, settings_from_args
 from moderator.connect import start_client, stop_within
 from moderator.overrides import text_digest
-from moderator.records import VERDICTS, Verdict
+from moderator.records import DEFAULT_SCOPE, VERDICTS, Verdict
 from moderator.redaction import protect
 
 FLAGGED_LABEL = "toxicity"  # what every nudge or block teaches
@@ -77,7 +77,7 @@ def parse_verdict(value: bytes | None) -> Verdict | None:
         verdict,
         str(data.get("moderator_id", "")),
         data.get("reason"),
-        data.get("scope", "global"),
+        data.get("scope", DEFAULT_SCOPE),
         at_ms,
     )
 

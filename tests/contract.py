@@ -10,7 +10,15 @@ from typing import Any
 import jsonschema
 import orjson
 
-SCHEMAS = ("chat-message", "decision", "dead-letter-headers", "review", "verdict", "override")
+SCHEMAS = (
+    "chat-message",
+    "decision",
+    "dead-letter-headers",
+    "review",
+    "verdict",
+    "override",
+    "audit",
+)
 
 
 @functools.cache

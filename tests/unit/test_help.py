@@ -12,7 +12,7 @@ import pytest
 from devstack.commands import EMBEDDED, dev_settings
 from loadgen.cli import build_parser as loadgen_parser
 from models import cli as models_cli
-from models.commands import SUBCOMMANDS, USAGE
+from models.subcommands import SUBCOMMANDS, USAGE
 from moderator.cli import KAFKA_CONNECTION, _parser
 from moderator.config import ENV_PREFIX, Settings
 from moderator.override_admin import SETTINGS as OVERRIDE_SETTINGS
@@ -94,13 +94,17 @@ def test_policy_commands_offer_only_the_settings_they_read(action: str) -> None:
     )
 
 
-@pytest.mark.parametrize("action", ["list", "delete"])
+@pytest.mark.parametrize("action", ["list", "delete", "expire", "audit"])
 def test_override_commands_offer_only_the_settings_they_read(action: str) -> None:
     parser = PARSERS[f"moderator override {action}"]
-    offered = flags(parser) - {"--help", "--log-format", "--log-level", "--text", "--channel"}
+    own = {"--help", "--log-format", "--log-level", "--text", "--channel", "--by", "--expires-in"}
+    offered = flags(parser) - own
     assert offered == setting_flags(OVERRIDE_SETTINGS[action])
-    assert setting_flags([*KAFKA_CONNECTION, "override_topic"]) <= offered
-    assert ("--topic-replication" in offered) == (action == "delete"), "delete creates the topic"
+    read = "audit_topic" if action == "audit" else "override_topic"
+    assert setting_flags([*KAFKA_CONNECTION, read]) <= offered
+    writes = action in ("delete", "expire")
+    assert ("--topic-replication" in offered) == writes, "a write creates the topics"
+    assert ("--audit-topic" in offered) == (action != "list"), "a write is audited first"
 
 
 def test_dev_offers_no_setting_its_embedded_stack_ignores() -> None:

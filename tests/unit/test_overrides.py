@@ -10,13 +10,16 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
+from moderator.audit import entry
 from moderator.batcher import MicroBatcher
 from moderator.cache import ScoreCache
 from moderator.classifier import Classifier
 from moderator.cli import main
+from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
-from moderator.override_admin import row
+from moderator.override_admin import audit_row, row
+from moderator.override_edits import duration_s
 from moderator.overrides import (
     InvalidOverride,
     Override,
@@ -28,7 +31,7 @@ from moderator.overrides import (
 )
 from moderator.pipeline import Pipeline
 from moderator.policy import Policy
-from moderator.records import ChatMessage, Verdict
+from moderator.records import DEFAULT_SCOPE, ChatMessage, Verdict, parse_verdict
 from tests.contract import validator
 from tests.unit.test_pipeline import Record
 
@@ -45,10 +48,10 @@ def made(text: str, channel: str, v: Verdict) -> Override:
     return override
 
 
-def book_of(*overrides: Override) -> OverrideBook:
+def book_of(*overrides: Override, now_ms: int | None = None) -> OverrideBook:
     book = OverrideBook()
     for override in overrides:
-        assert book.apply(override.key, override.encode()) == "applied"
+        assert book.apply(override.key, override.encode(), now_ms) == "applied"
     return book
 
 
@@ -204,9 +207,11 @@ async def test_the_pipeline_decides_an_overridden_text_without_the_model(
 def test_a_list_line_says_digest_scope_channel_action_moderator_and_when_in_utc() -> None:
     channel, everywhere = made(TEXT, "c-1", verdict(scope="channel")), made(TEXT, "c-1", verdict())
     assert row(channel).split("\t") == [
-        text_digest(TEXT), "channel", "c-1", "block", "mod-ann", "2025-11-24T16:00:00Z"
+        text_digest(TEXT), "channel", "c-1", "block", "mod-ann", "2025-11-24T16:00:00Z", "-"
     ]  # fmt: skip
     assert row(everywhere).split("\t")[1:3] == ["global", "-"]
+    lapsing = channel._replace(expires_at_ms=channel.at_ms + 7 * 86_400_000)
+    assert row(lapsing).split("\t")[6] == "2025-12-01T16:00:00Z"
 
 
 @pytest.mark.parametrize("argv", [[], ["abc", "--text", TEXT]])
@@ -215,3 +220,85 @@ def test_delete_needs_a_digest_or_a_text_not_both(
 ) -> None:
     assert main(["override", "delete", *argv]) == 2  # before any Kafka is asked
     assert "give a DIGEST or --text, one of them" in capsys.readouterr().err
+
+
+def test_a_verdict_that_names_no_scope_overrides_its_channel_only() -> None:
+    """Issue 43: one click must not become a platform-wide rule (the default was `global`)."""
+    value = orjson.dumps({"message_id": "m-1", "verdict": "block", "moderator_id": "mod-ann",
+                          "at_ms": 1_764_000_000_000})  # fmt: skip
+    parsed = parse_verdict(value, max_bytes=4096)
+    assert parsed.scope == DEFAULT_SCOPE == "channel"
+    assert parsed.override_expires_at_ms is None
+    book = book_of(made(TEXT, "c-1", parsed))
+    assert (book.lookup(TEXT, "c-1"), book.lookup(TEXT, "c-2")) == ("block", None)
+    assert validator("verdict").schema["properties"]["scope"]["default"] == DEFAULT_SCOPE
+
+
+def test_a_verdicts_expiry_becomes_its_overrides_and_must_be_an_integer() -> None:
+    fields = {"message_id": "m-1", "verdict": "nudge", "moderator_id": "mod-ann", "at_ms": 5}
+    parsed = parse_verdict(orjson.dumps({**fields, "override_expires_at_ms": 99}), max_bytes=4096)
+    override = made(TEXT, "c-1", parsed)
+    assert override.expires_at_ms == 99
+    validator("override").validate(orjson.loads(override.encode()))
+    with pytest.raises(InvalidRecord, match="'override_expires_at_ms' must be an integer"):
+        parse_verdict(orjson.dumps({**fields, "override_expires_at_ms": "7d"}), max_bytes=4096)
+
+
+def test_an_override_stops_at_its_expiry_and_the_global_one_applies_again() -> None:
+    at = 1_764_000_000_000
+    own = made(TEXT, "c-1", verdict("allow", "channel"))._replace(expires_at_ms=at + 1000)
+    book = book_of(made(TEXT, "c-1", verdict("block")), own, now_ms=at)
+    assert book.lookup(TEXT, "c-1", now_ms=at + 999) == "allow"
+    assert book.lookup(TEXT, "c-1", now_ms=at + 1000) == "block", "expired: the global one"
+    assert len(book) == 1, "the expired one is dropped at the lookup that finds it expired"
+    assert book.lookup(TEXT, "c-1", now_ms=at) == "block", "and never comes back"
+
+
+def test_an_override_read_already_expired_is_dropped_like_a_tombstone() -> None:
+    live = made(TEXT, "c-1", verdict("block"))
+    book = book_of(live)
+    expired = live._replace(expires_at_ms=live.at_ms)
+    assert book.apply(expired.key, expired.encode(), now_ms=live.at_ms) == "expired"
+    assert (len(book), book.lookup(TEXT, "c-9", now_ms=live.at_ms - 1)) == (0, None)
+
+
+def test_a_record_written_before_expiry_existed_is_read_as_never_expiring() -> None:
+    old = made(TEXT, "c-1", verdict("nudge"))._asdict()
+    del old["expires_at_ms"]
+    book = OverrideBook()
+    assert book.apply(text_digest(TEXT), orjson.dumps(old)) == "applied"
+    assert book.lookup(TEXT, "c-1", now_ms=2**62) == "nudge"
+    wrong = {**old, "expires_at_ms": "soon"}
+    with pytest.raises(InvalidOverride, match="expires_at_ms is an integer or null"):
+        book.apply(text_digest(TEXT), orjson.dumps(wrong))
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("15m", 900), ("12h", 43200),
+                                               ("7d", 604800)])  # fmt: skip
+def test_durations_read_as_seconds(text: str, seconds: int) -> None:
+    assert duration_s(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "7", "0d", "1w", "-1d", "7 days"])
+def test_a_duration_that_is_not_one_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration"):
+        duration_s(text)
+
+
+def test_audit_entries_match_their_schema_and_list_as_who_what_when() -> None:
+    over = made(TEXT, "c-1", verdict(scope="channel"))
+    revoked = entry("override_revoked", actor="alice", via="console", at_ms=over.at_ms,
+                    key=over.key, override=over._asdict())  # fmt: skip
+    given = entry("verdict", actor="bob", via="console", at_ms=over.at_ms,
+                  verdict=verdict(scope="global")._asdict(), confirmed_global=True)  # fmt: skip
+    for e in (revoked, given):
+        validator("audit").validate(e)
+    assert audit_row(revoked).split("\t") == [
+        "2025-11-24T16:00:00Z", "alice", "console", "override_revoked", over.key,
+        "block scope channel channel c-1 expires -",
+    ]  # fmt: skip
+    assert audit_row(given).split("\t")[3:] == [
+        "verdict", "m-1", "block m-1 scope global expires -"
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="not one of"):
+        entry("override_made", actor="x", via="console", at_ms=1)
