@@ -132,6 +132,10 @@ async def test_a_held_message_goes_out_with_context_and_one_verdict_ends_it(
             check_decision(orjson.loads(r.value)) for r in out if r.value and b'"m-2"' in r.value
         )
         assert (first["action"], first["final"]) == ("review", False)
+        assert first["review"] == {
+            "due_at_ms": review["expires_at_ms"],
+            "fallback": review["review_fallback"],
+        }, "the decision plans with the held message's own deadline and fallback"
         assert (final["scores"], final["policy"]) == (first["scores"], first["policy"])
         assert (
             sample(service, "verdicts_total", model_action="review", verdict="allow", label="deny")
@@ -178,6 +182,9 @@ async def test_a_held_message_with_no_verdict_times_out_to_its_fallback(
         out = await consume(s.kafka_bootstrap, s.out_topic, until=has_final("m-0"))
         (final,) = finals(out)
         assert (final["action"], final["reason"]) == ("block", "review_timeout")
+        (held,) = [decoded(r) for r in out if not decoded(r)["final"]]
+        assert held["review"]["fallback"] == final["action"], "the fallback it announced"
+        assert held["review"]["due_at_ms"] <= final["decided_at_ms"], "never before it was due"
         await until(lambda: sample(service, "review_timeouts_total") == 1, "timeout counted")
         # A verdict after the timeout applies to nothing.
         await produce(s.kafka_bootstrap, s.verdict_topic, [(b"m-0", verdict("m-0", "allow"))])

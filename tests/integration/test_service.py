@@ -49,12 +49,13 @@ TEXTS = [
 
 def assert_decision_schema(d: dict[str, Any], labels: tuple[str, ...]) -> None:
     """The outbound decision schema, field by field."""
-    assert set(d) - {"language"} == {
+    assert set(d) - {"language", "review"} == {
         "message_id", "channel_id", "user_id", "action", "reason", "severity", "scores", "model",
         "policy", "cached", "degraded", "latency_ms", "over_budget", "decided_at_ms", "span",
         "truncated", "final", "strikes", "escalated",
     }  # fmt: skip
     assert d["final"] is False, "the one decision per input; a held message's final comes later"
+    assert ("review" in d) == (d["action"] == "review"), "a held message's due time and fallback"
     assert (d["strikes"], d["escalated"]) == (0, False), "the default policy counts no strikes"
     assert d["severity"] in (None, "low", "medium", "high")
     unread = (d["reason"] or "").startswith(("unsupported_language:", "truncated"))
@@ -201,6 +202,7 @@ async def test_a_long_message_is_read_whole_and_a_foreign_one_goes_to_review(
     assert reviewed["reason"] == "unsupported_language:es"
     assert reviewed["language"] == "es"
     assert reviewed["span"] == [0, len(foreign)]
+    assert reviewed["review"]["fallback"] == "allow", "the default policy's review_fallback"
     port = moderator.metrics_port
     assert port is not None
     assert await metric(port, 'moderator_unsupported_language_total{language="es"}') == 1
