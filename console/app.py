@@ -370,7 +370,7 @@ def create_app(settings: ConsoleSettings, board: Board, feed: Feed, claims: Clai
                 same_site="strict",
                 https_only=settings.secure_cookies,
             ),
-            Middleware(CsrfGuard),  # inside the session: every POST, whatever its route
+            Middleware(CsrfGuard, https=settings.secure_cookies),  # inside the session: every POST
         ],
         lifespan=lifespan,
     )

@@ -2,10 +2,12 @@
 whatever its route and however its sender is identified: a session cookie, or the ID token the
 OIDC proxy adds, which a browser behind the proxy brings along as automatically as a cookie.
 
-Its Origin, when the browser sends one, must be this site, and it must carry the session's CSRF
-token: the X-CSRF-Token header (the page's own requests) or the form field `csrf` (the login and
-logout forms). One ASGI middleware inside the session middleware, so a route added later cannot
-forget it; a refused request never reaches a route (403 `{"error": "csrf"}`).
+Its Origin, when the browser sends one, must be this site (`https://` and its host when the
+console marks its cookies Secure: behind a TLS-terminating proxy the last hop may be plain HTTP,
+and a Secure cookie only ever came over HTTPS), and it must carry the session's CSRF token: the
+X-CSRF-Token header (the page's own requests) or the form field `csrf` (the login and logout
+forms). One ASGI middleware inside the session middleware, so a route added later cannot forget
+it; a refused request never reaches a route (403 `{"error": "csrf"}`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ def renew(request: Request) -> None:
     request.session["csrf"] = secrets.token_urlsafe(32)
 
 
-def csrf_ok(request: Request, given: str | None) -> bool:
+def csrf_ok(request: Request, given: str | None, *, https: bool = False) -> bool:
     origin = request.headers.get("origin")
-    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+    scheme = "https" if https else request.url.scheme
+    if origin is not None and origin != f"{scheme}://{request.url.netloc}":
         return False
     expected = request.session.get("csrf")
     return bool(given and isinstance(expected, str) and hmac.compare_digest(given, expected))
@@ -45,8 +48,9 @@ def csrf_ok(request: Request, given: str | None) -> bool:
 class CsrfGuard:
     """Refuses a state-changing request without this session's CSRF token (see above)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, https: bool = False) -> None:
         self.app = app
+        self.https = https
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in SAFE_METHODS:
@@ -61,7 +65,7 @@ class CsrfGuard:
             field = form.get("csrf")
             given = field if isinstance(field, str) else None
             await form.close()
-        if not csrf_ok(request, given):
+        if not csrf_ok(request, given, https=self.https):
             await JSONResponse({"error": "csrf"}, status_code=403)(scope, receive, send)
             return
         await self.app(scope, receive if body is None else replay(body, receive), send)

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from console.app import create_app
@@ -18,6 +19,7 @@ from console.board import Board
 from console.claims import Claims
 from console.commands import register
 from console.config import ConsoleSettings
+from console.csrf import csrf_ok
 from console.feed import Feed
 from console.records import Verdict, now_ms, parse_review
 from moderator.config import Settings, settings_from_args
@@ -313,6 +315,22 @@ def test_every_state_changing_route_passes_the_csrf_check(board: Board) -> None:
             assert reply.status_code == 403, (method, path, headers)
             assert reply.json() == {"error": "csrf"}
     assert "m-1" in board.items
+
+
+def test_behind_a_tls_proxy_the_expected_origin_is_https_whatever_the_last_hop() -> None:
+    """secure_cookies: the page came over HTTPS, though the proxy may call the console in HTTP."""
+
+    def post(origin: str) -> Request:
+        return Request({"type": "http", "method": "POST", "scheme": "http", "path": "/api/verdict",
+                        "query_string": b"", "session": {"csrf": "the-token"},
+                        "headers": [(b"host", b"console.example.com"),
+                                    (b"origin", origin.encode())]})  # fmt: skip
+
+    assert csrf_ok(post("https://console.example.com"), "the-token", https=True)
+    assert not csrf_ok(post("https://console.example.com"), "the-token")  # as plain HTTP
+    assert not csrf_ok(post("http://console.example.com"), "the-token", https=True)
+    assert not csrf_ok(post("https://evil.example"), "the-token", https=True)
+    assert not csrf_ok(post("https://console.example.com"), "forged", https=True)
 
 
 def test_the_topics_are_the_moderators_settings_read_by_the_console_command(
