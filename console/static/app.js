@@ -4,9 +4,10 @@
 
 const VERDICTS = ["allow", "nudge", "block"];
 const KEYS = { a: "allow", n: "nudge", b: "block" };
+const ON_CARD = new Set(["c", "r", ...Object.keys(KEYS)]); // keys that act on the selected card
 const state = {
   me: null, csrf: null, items: new Map(), claims: new Map(), history: [], status: {},
-  overview: null, grace: 10000, selected: null, stream: "connecting", lastOwn: null,
+  overview: null, grace: 10000, selected: null, stream: "connecting", restore: null,
 };
 
 function el(tag, cls, text) {
@@ -128,7 +129,7 @@ function showClaim(li, claim) {
   li.querySelector(".claim-button").textContent = mine ? "Release" : "Claim";
 }
 
-function addItem(item) {
+function insertCard(item) {
   state.items.set(item.message_id, item);
   const li = card(item);
   showClaim(li, state.claims.get(item.message_id));
@@ -136,16 +137,28 @@ function addItem(item) {
   const after = sortedQueue().find((other) =>
     state.items.get(other.dataset.messageId).held_at_ms < item.held_at_ms);
   $("#queue").insertBefore(li, after || null);
-  refresh();
+}
+
+function addItem(item) {
+  steady(() => insertCard(item));
+  if (item.message_id === state.restore) { // an undo brought it back: it is the one to decide
+    state.restore = null;
+    select(item.message_id);
+  }
 }
 
 function removeItem(id, why) {
   state.items.delete(id);
   state.claims.delete(id);
-  const li = document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"]`);
-  if (li) {
-    if (state.selected === id) moveSelection(1) || moveSelection(-1);
+  const li = cardOf(id);
+  if (li && state.selected === id) { // the card below takes its place (else the one above)
+    const shown = sortedQueue().filter((other) => !other.hidden);
+    const next = shown[shown.indexOf(li) + 1] || shown[shown.indexOf(li) - 1];
     li.remove();
+    state.selected = null;
+    if (next) select(next.dataset.messageId);
+  } else if (li) {
+    steady(() => li.remove());
   }
   if (state.selected === id) state.selected = null;
   const by = why && (why.verdict || why.pending);
@@ -176,8 +189,9 @@ function refresh() {
   fillFilter("#filter-channel", [...state.items.values()].map((i) => i.channel_id));
   fillFilter("#filter-label", [...state.items.values()].map((i) => i.label));
   // Keys act on the selected card: never on one the filters hide.
-  if (shown.length && !shown.some((li) => li.dataset.messageId === state.selected)) {
-    select(shown[0].dataset.messageId);
+  if (!shown.some((li) => li.dataset.messageId === state.selected)) {
+    const next = shown.find(inView) || shown[0];
+    if (next) select(next.dataset.messageId); else state.selected = null;
   }
 }
 
@@ -195,11 +209,43 @@ function fillFilter(sel, values) {
   select.value = current;
 }
 
+const cardOf = (id) => id && document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"]`);
+
+// Whether the moderator can read the card's held message: all of it in the viewport (or, for
+// one taller than the viewport, its start in the upper half).
+function inView(li) {
+  const r = li.querySelector(".held").getBoundingClientRect();
+  if (li.hidden || r.height === 0 || r.top < 0) return false;
+  return r.bottom <= innerHeight || (r.height > innerHeight && r.top < innerHeight / 2);
+}
+
+// The selected card is marked (outline, aria-current) and brought into view.
 function select(id) {
-  for (const li of document.querySelectorAll("#queue li.selected")) li.classList.remove("selected");
+  for (const li of document.querySelectorAll("#queue li.selected")) {
+    li.classList.remove("selected");
+    li.removeAttribute("aria-current");
+  }
   state.selected = id;
-  const li = id && document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"]`);
-  if (li) { li.classList.add("selected"); li.scrollIntoView({ block: "nearest" }); }
+  const li = cardOf(id);
+  if (li) {
+    li.classList.add("selected");
+    li.setAttribute("aria-current", "true");
+    li.scrollIntoView({ block: "nearest" });
+  }
+}
+
+// Cards arriving, leaving or filtered out around the selected one do not move it on the screen:
+// the card the moderator reads stays where it is (a new card lands above, out of view, and the
+// count says so). A selection that left is replaced by the first card in view (refresh).
+function steady(change) {
+  const id = state.selected, before = cardOf(id);
+  const top = before && !before.hidden ? before.getBoundingClientRect().top : null;
+  change();
+  refresh();
+  const after = cardOf(id);
+  if (top !== null && state.selected === id && after && !after.hidden) {
+    window.scrollBy({ top: after.getBoundingClientRect().top - top, behavior: "instant" });
+  }
 }
 
 function moveSelection(step) {
@@ -235,7 +281,6 @@ async function decide(id, verdict) {
   const { status, data } = await post("/api/verdict", { message_id: id, verdict, reason, scope });
   for (const button of li.querySelectorAll("button.verdict")) button.disabled = false;
   if (status === 200 && data.pending) {
-    state.lastOwn = { id, verdict, at: Date.now() };
     offerUndo(id, verdict, data.send_at_ms);
   } else if (status === 200 || status === 202) {
     sent({ outcome: status === 200 ? "sent" : "queued", verdict: data.verdict });
@@ -259,9 +304,22 @@ function offerUndo(id, verdict, sendAtMs) {
 }
 
 async function undo(id) {
+  state.restore = id; // selected when it is back (its card may come before or after the answer)
   const { status, data } = await post("/api/undo", { message_id: id });
-  if (status === 200) toast(`${data.verdict.verdict} on ${id} undone: it is back in the queue`, "info");
-  else toast(`undo refused: ${data.error || status}`, "error");
+  if (status === 200) {
+    toast(`${data.verdict.verdict} on ${id} undone: it is back in the queue`, "info");
+    if (cardOf(id) && state.restore === id) { state.restore = null; select(id); }
+  } else {
+    state.restore = null;
+    toast(`undo refused: ${data.error || status}`, "error");
+  }
+}
+
+// `u`: the newest verdict still waiting out its grace, as its toast's Undo button does.
+function undoLast() {
+  const boxes = document.querySelectorAll("#toasts .undo");
+  if (boxes.length) boxes[boxes.length - 1].querySelector("button").click();
+  else toast("Nothing to undo: no verdict of yours is waiting out its grace period", "info");
 }
 
 // How a verdict went once its grace was over (every page hears it; its moderator is told).
@@ -353,10 +411,13 @@ function connect() {
     state.grace = snap.undo_grace_ms;
     state.items.clear();
     state.claims = new Map(Object.entries(snap.claims));
-    $("#queue").replaceChildren();
+    // The selection survives a reconnect where its item still waits; else the first card in view.
+    steady(() => {
+      $("#queue").replaceChildren();
+      snap.items.sort((x, y) => x.held_at_ms - y.held_at_ms).forEach(insertCard);
+    });
     $("#history tbody").replaceChildren();
     state.history = [];
-    snap.items.sort((x, y) => x.held_at_ms - y.held_at_ms).forEach(addItem);
     snap.history.forEach(addHistory);
     state.stream = "open";
     state.status = snap.status;
@@ -387,18 +448,18 @@ document.addEventListener("keydown", (e) => {
     return;
   }
   if (e.ctrlKey || e.metaKey || e.altKey || !state.me) return;
-  const id = state.selected;
-  if (e.key === "j") moveSelection(1);
+  const id = state.selected, li = cardOf(id);
+  if (li && ON_CARD.has(e.key) && !inView(li)) {
+    // Never act on a card the moderator cannot see (scrolled away): show it, act on the next press.
+    li.scrollIntoView({ block: "nearest" });
+    toast("The selected message was out of view: here it is; press the key again to act on it", "warn");
+  } else if (e.key === "j") moveSelection(1);
   else if (e.key === "k") moveSelection(-1);
-  else if (e.key === "c" && id) claimItem(id);
-  else if (KEYS[e.key] && id) decide(id, KEYS[e.key]);
-  else if (e.key === "r" && id) {
-    e.preventDefault();
-    document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"] .reason`).focus();
-  } else if (e.key === "u" && state.lastOwn) {
-    const undoButton = document.querySelector("#toasts .undo button");
-    if (undoButton) undoButton.focus();
-  } else if (e.key === "?") $("#help").showModal();
+  else if (e.key === "c" && li) claimItem(id);
+  else if (KEYS[e.key] && li) decide(id, KEYS[e.key]);
+  else if (e.key === "r" && li) li.querySelector(".reason").focus();
+  else if (e.key === "u") undoLast();
+  else if (e.key === "?") $("#help").showModal();
   else return;
   e.preventDefault();
 });
@@ -407,8 +468,8 @@ async function boot() {
   const session = await (await fetch("/api/session", { credentials: "same-origin" })).json();
   state.csrf = session.csrf;
   for (const input of document.querySelectorAll("input[name=csrf]")) input.value = session.csrf;
-  $("#filter-channel").addEventListener("change", refresh);
-  $("#filter-label").addEventListener("change", refresh);
+  $("#filter-channel").addEventListener("change", () => steady(() => {}));
+  $("#filter-label").addEventListener("change", () => steady(() => {}));
   if (!session.moderator_id) {
     $("#login").hidden = false;
     $("#login-form").hidden = !session.token_login;

@@ -22,6 +22,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -30,7 +31,9 @@ from devstack.embedded import free_port
 from moderator.cli import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = REPO / "docs"  # the screenshots the README shows, rewritten by every run
+# Each run's screenshots; `make screenshots` copies them to docs/, which the README shows (a test
+# run leaves the tree as it found it).
+SCREENSHOTS = REPO / "build" / "screenshots"
 WAIT_S = 30.0
 TOKENS = {"alice": "alice-token-1234", "bob": "bob-token-5678"}
 T = TypeVar("T")
@@ -173,8 +176,36 @@ def card(browser: WebDriver, message_id: str) -> Any:
 
 
 def screenshot(browser: WebDriver, name: str) -> None:
-    DOCS.mkdir(exist_ok=True)
-    browser.save_screenshot(str(DOCS / name))
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(SCREENSHOTS / name)), f"no screenshot {name}"
+
+
+def press(browser: WebDriver, keys: str) -> None:
+    """`keys` typed as a moderator does, to whatever has the focus (the page, after a load)."""
+    ActionChains(browser).send_keys(keys).perform()
+
+
+def selected(browser: WebDriver) -> str | None:
+    """The message id of the card the keys act on (marked selected and aria-current), if one."""
+    found: str | None = browser.execute_script(
+        """const marked = document.querySelectorAll('#queue li.selected[aria-current="true"]');
+        return marked.length === 1 ? marked[0].dataset.messageId : null;"""
+    )
+    return found
+
+
+def in_view(browser: WebDriver, message_id: str) -> bool:
+    """Whether the message's whole card is inside the browser's viewport."""
+    return bool(
+        browser.execute_script(
+            """const li = [...document.querySelectorAll('#queue > li')]
+                .find((c) => c.dataset.messageId === arguments[0]);
+            if (!li) return false;
+            const r = li.getBoundingClientRect();
+            return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight;""",
+            message_id,
+        )
+    )
 
 
 def review_record(message_id: str, text: str, **fields: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The review console in a real browser (headless Debian Chromium, Selenium) against the real
 broker and Redis: review records are produced as the moderator publishes them (loop contract),
-verdicts read back with confluent-kafka. The screenshots the README shows come from these runs."""
+verdicts read back with confluent-kafka. The screenshots the README shows come from these runs
+(build/screenshots/; `make screenshots` copies them to docs/)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ from tests.integration.console_browser import (
     Topics,
     card,
     console_process,
+    in_view,
     logged_in,
+    press,
     produce,
     read_until,
     review_record,
     screenshot,
+    selected,
     wait_for,
 )
 
@@ -163,15 +167,18 @@ def test_an_undo_within_the_grace_period_returns_the_item_and_sends_nothing(
         with console_process(*args, grace_s=3600) as slow, logged_in(slow, "alice") as alice:
             for page in (alice, bob):
                 wait_for(page, lambda b: card(b, "m-undo"), "the held message's card")
-            card(alice, "m-undo").find_element(By.CSS_SELECTOR, ".verdict-block").click()
+            assert (selected(alice), in_view(alice, "m-undo")) == ("m-undo", True)
+            press(alice, "b")
             wait_for(
                 alice, lambda b: card(b, "m-undo") is None, "it leaves alice's console at once"
             )
             wait_for(bob, lambda b: "alice is deciding (block" in card(b, "m-undo").text,
                      "bob's console shows alice deciding it")  # fmt: skip
             screenshot(bob, "console-undo.png")
-            alice.find_element(By.CSS_SELECTOR, "#toasts .undo button").click()
+            press(alice, "u")  # the key itself, not the toast's button
             wait_for(alice, lambda b: card(b, "m-undo"), "the undone item is back in the queue")
+            wait_for(alice, lambda b: selected(b) == "m-undo" and in_view(b, "m-undo"),
+                     "the undone item is selected again, in view")  # fmt: skip
             wait_for(bob, lambda b: "deciding" not in card(b, "m-undo").text, "the lock is gone")
         # Alice's console has stopped (it sends what it still holds back on the way out): her
         # undone verdict must not be among them. Bob decides it; his is the first on the topic.
@@ -179,6 +186,57 @@ def test_an_undo_within_the_grace_period_returns_the_item_and_sends_nothing(
         verdicts = read_until(kafka.bootstrap, topics.verdicts, lambda seen: len(seen) >= 1)
         assert [(v["verdict"], v["moderator_id"]) for v in verdicts] == [("nudge", "bob")]
         wait_for(bob, lambda b: card(b, "m-undo") is None, "the decided item leaves")
+
+
+def test_the_keys_act_only_on_the_selected_card_and_only_while_it_is_in_view(
+    kafka: EmbeddedKafka, console: str, topics: Topics
+) -> None:
+    # A queue far taller than the window, the oldest item at the bottom of the page.
+    now = review_record("x", "")["held_at_ms"]
+    queue = [f"m-{i:02}" for i in range(30)]  # m-29 the newest
+    produce(kafka.bootstrap, topics.review, [
+        review_record(m, f"held message number {i}", held_at_ms=now - 60_000 + i * 1000)
+        for i, m in enumerate(queue)
+    ])  # fmt: skip
+    with logged_in(console, "alice") as alice:
+        wait_for(alice, lambda b: "30 waiting" in b.find_element(By.ID, "counts").text, "all 30")
+        page_px, window_px = alice.execute_script(
+            "return [document.documentElement.scrollHeight, window.innerHeight]"
+        )
+        assert page_px > 3 * window_px, "the queue must be taller than the window"
+        # After login the selected card is the top one, in view (not the oldest, at the bottom).
+        assert (selected(alice), in_view(alice, "m-29")) == ("m-29", True)
+        assert not in_view(alice, "m-00")
+        # A newer item arrives while alice reads m-29: her card keeps the selection and its place.
+        newer = review_record("m-new", "arrived while reading", held_at_ms=now + 1000)
+        produce(kafka.bootstrap, topics.review, [newer])
+        wait_for(alice, lambda b: "31 waiting" in b.find_element(By.ID, "counts").text, "m-new")
+        assert (selected(alice), in_view(alice, "m-29")) == ("m-29", True)
+        press(alice, "n")  # acts on the card she reads, not on the newcomer
+        wait_for(alice, lambda b: card(b, "m-29") is None, "the nudged card leaves")
+        # The card below takes its place and the selection, in view.
+        wait_for(alice, lambda b: selected(b) == "m-28" and in_view(b, "m-28"), "m-28 selected")
+        # Scrolled away (as a wheel would), the selected card is out of view: a verdict key
+        # brings it back into view and decides nothing.
+        alice.execute_script("window.scrollTo(0, document.documentElement.scrollHeight)")
+        assert not in_view(alice, "m-28")
+        press(alice, "b")
+        wait_for(alice, lambda b: in_view(b, "m-28"), "the key brings the selected card into view")
+        assert selected(alice) == "m-28"
+        assert "out of view" in alice.find_element(By.ID, "toasts").text
+        press(alice, "a")  # in view now: this one acts
+        # Had `b` acted, m-28 would have been blocked first (the first verdict wins) or `a` would
+        # have gone to another card: the allow for m-28 would never come.
+        verdicts = read_until(
+            kafka.bootstrap, topics.verdicts,
+            lambda seen: any(v["message_id"] == "m-28" for v in seen) and len(seen) >= 2,
+        )  # fmt: skip
+        assert sorted((v["message_id"], v["verdict"]) for v in verdicts) == [
+            ("m-28", "allow"),
+            ("m-29", "nudge"),
+        ]
+        wait_for(alice, lambda b: card(b, "m-28") is None, "the allowed card leaves")
+        assert card(alice, "m-new") is not None
 
 
 def test_a_hostile_message_is_shown_as_its_literal_text_and_no_script_runs(
