@@ -25,9 +25,10 @@ import numpy as np
 import numpy.typing as npt
 
 from models import realdata, realtext
+from models.files import MODELS_DIR
 from models.realdata import Line
 
-CEILING_FILE = Path(__file__).resolve().parent / "CEILING.md"
+CEILING_FILE = MODELS_DIR / "CEILING.md"
 CHAT_LIMIT = 0.01  # benign chat-like flagged
 GROUP_LIMIT = 0.05  # neutral statements about groups flagged
 WANT = 0.85  # hateful / threats caught

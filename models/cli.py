@@ -11,14 +11,15 @@ import time
 from pathlib import Path
 
 from models import outliers
-from models.commands import (
+from models.files import BUILD_DIR
+from models.subcommands import (
     EXTRA_HINT,
     SUBCOMMANDS,
     WITHOUT_EXTRA,
     missing_extra_modules,
 )
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "build" / "chat-minilm"
+DEFAULT_OUT = BUILD_DIR / "chat-minilm"
 NAME = "chat-minilm"
 
 
@@ -27,7 +28,16 @@ def _say(msg: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from models import balance, corpus, onnx_export, realdata, teachers, train, verdicts
+    from models import (
+        balance,
+        corpus,
+        onnx_export,
+        quantization,
+        realdata,
+        teachers,
+        train,
+        verdicts,
+    )
 
     final: Path = args.out
     # Built next to its final place and swapped in at the end, so a failed build never leaves a
@@ -77,7 +87,7 @@ def _build(args: argparse.Namespace) -> int:
     )
     _say(f"  fused operators: {exported.fused_ops}")
     _say(f"  parity: {exported.parity}")
-    (_, per_channel, channels), trials = _pick_quantization(out, args.per_tensor)
+    (_, per_channel, channels), trials = quantization.choose(out, args.per_tensor, _say)
     parity = onnx_export.check_parity(result.module, out, train.MAX_LENGTH)
     onnx_export.write_manifest(
         out,
@@ -114,14 +124,14 @@ def _build(args: argparse.Namespace) -> int:
 
 def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:
     """Tune the policy on the real dev split, evaluate, and swap the model into place."""
-    from models import evaluate, onnx_export, tuning
+    from models import onnx_export, publish, tuning
 
     _say("[4/5] choosing the default policy's thresholds on the real dev split")
     tuned = tuning.tune_default_policy(out)
     for line in tuning.summary(tuned):
         _say(f"  {line}")
     _say("[5/5] evaluating (synthetic held-out, real test splits, identity probe, teachers)")
-    metrics = evaluate.run(out, report=report)
+    metrics = publish.run(out, report)
     _print_summary(metrics)
     onnx_export.validate_model_dir(out)
     if final.exists():
@@ -133,68 +143,6 @@ def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:
         f" {time.perf_counter() - t_start:.0f}s; report {report}"
     )
     return 0
-
-
-# int8 candidates, in order of preference: (name, per-channel weights, outlier channels kept fp32
-# in each feed-forward down-projection, 0: the whole down-projection kept fp32). Split ones come
-# first: on an AVX-512 VNNI host they take 0.65x the kept-fp32 graph's CPU per message
-# (models/outliers.py). Quantizing the down-projections plainly, or SmoothQuant-ing them, was
-# tried and dropped: 6.2 points (plainly, a model of an earlier build, AVX-512 VNNI) and 2.8
-# (SmoothQuant, AVX2) of real-text dev gap to fp32, against 0.3-0.5 for the kept-fp32 ones.
-QUANT_CANDIDATES = (
-    ("per-channel, outliers split", True, outliers.CHANNELS),
-    ("per-tensor, outliers split", False, outliers.CHANNELS),
-    ("per-channel", True, 0),
-    ("per-tensor", False, 0),
-)
-# The report's 1-point int8-vs-fp32 bar, applied to the dev split where the choice is made (the
-# report judges it on the test split). It was half a point until 2026-11-26, but one line of the
-# dev split's smallest toxic set (rtp_scored, 194 lines) is 0.52 points: half a point let no
-# line change, a bar no two int8 graphs are sure to meet.
-QUANT_MAX_DEV_GAP_POINTS = 1.0
-
-
-def _pick_quantization(
-    out: Path, per_tensor_only: bool
-) -> tuple[tuple[str, bool, int], dict[str, object]]:
-    """The first int8 candidate within QUANT_MAX_DEV_GAP_POINTS of fp32 on the real dev split
-    (else the closest), copied to model.onnx. Judged on this host's kernels: on AVX2 without
-    VNNI, u8s8 int8 products can saturate, which the gap would show."""
-    import tempfile
-
-    from models import corpus, evaluate, onnx_export, train
-
-    fp32 = out / onnx_export.FP32_FILE
-    candidates = [c for c in QUANT_CANDIDATES if not (per_tensor_only and c[1])]
-    fp32_scorer = onnx_export.classifier(
-        out, fp32, info=onnx_export.candidate_info(corpus.LABELS, train.MAX_LENGTH)
-    )
-    batches = outliers.calibration_batches(fp32_scorer, outliers.calibration_texts())
-    with tempfile.TemporaryDirectory(prefix="quant-") as tmp:
-        paths: dict[str, Path] = {}
-        for name, per_channel, channels in candidates:
-            paths[name] = Path(tmp) / f"{len(paths)}.onnx"
-            if channels:
-                outliers.quantize(
-                    fp32, paths[name], batches, per_channel=per_channel, channels=channels
-                )
-            else:
-                onnx_export.quantize(fp32, paths[name], per_channel=per_channel)
-        trials: dict[str, dict[str, float]] = evaluate.real_dev_gaps(
-            out, fp32, paths, corpus.LABELS
-        )
-        for name, agreement in evaluate.quantization_agreement(
-            out, fp32, paths, corpus.LABELS
-        ).items():
-            trials[name].update(agreement)
-        for name, trial in trials.items():
-            _say(f"  int8 {name} vs fp32: {trial}")
-        gaps = {c[0]: trials[c[0]]["dev_gap_points"] for c in candidates}
-        within = [c for c in candidates if gaps[c[0]] <= QUANT_MAX_DEV_GAP_POINTS]
-        chosen = within[0] if within else min(candidates, key=lambda c: gaps[c[0]])
-        shutil.copyfile(paths[chosen[0]], out / onnx_export.MODEL_FILE)
-    _say(f"  kept {chosen[0]} int8")
-    return chosen, {"kept": chosen[0], "max_dev_gap_points": QUANT_MAX_DEV_GAP_POINTS, **trials}
 
 
 def _print_summary(metrics: dict[str, object]) -> None:
@@ -222,14 +170,14 @@ def _print_summary(metrics: dict[str, object]) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from models import evaluate
+    from models import publish
 
     model_dir: Path = args.model
     if not (model_dir / "manifest.json").is_file():
         _say(f"no model at {model_dir}; run `make model` first (it builds and evaluates one)")
         return 2
     _say(f"evaluating {model_dir}")
-    metrics = evaluate.run(model_dir, report=args.report)
+    metrics = publish.run(model_dir, args.report)
     _print_summary(metrics)
     _say(f"wrote {args.report} and {model_dir / 'manifest.json'} metrics")
     return 0
@@ -301,13 +249,15 @@ def _speed_shape(args: argparse.Namespace) -> int:
 
 
 def _requantize(args: argparse.Namespace) -> int:
+    from models.quantization import QUANT_MAX_DEV_GAP_POINTS, requantize
+
     if not (args.model / "manifest.json").is_file():
         _say(f"no model at {args.model}")
         return 2
     _say(f"requantizing {args.model} -> {args.out} ({args.channels} outlier channels)")
     texts = outliers.calibration_texts()
     try:
-        manifest = outliers.requantize(args.model, args.out, texts, channels=args.channels)
+        manifest = requantize(args.model, args.out, texts, channels=args.channels)
     except ValueError as exc:
         _say(f"requantize: error: {exc}")
         return 2
@@ -332,7 +282,7 @@ def _ship(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     from models import ceiling, ship, verdicts
-    from models.evaluate import REPORT_FILE
+    from models.report import REPORT_FILE
     from moderator.commandline import command
 
     p = argparse.ArgumentParser(prog="moderator model", description=__doc__)

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from models.files import DATA_DIR
 from models.templates import CATEGORIES, W
 from moderator.normalize import normalize_text
 
@@ -47,7 +48,6 @@ LABELS = (
 )
 # Indices of the labels that can make a line flagged: `obscene` alone never acts.
 ACTING = tuple(i for i, label in enumerate(LABELS) if label != "obscene")
-DATA_DIR = Path(__file__).resolve().parent / "data"
 TRAIN_FILE = DATA_DIR / "train.tsv"
 HELDOUT_FILE = DATA_DIR / "heldout.tsv"
 UNSEEN_FILE = DATA_DIR / "unseen_chat.tsv"

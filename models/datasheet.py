@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from models import corpus, identity, labelled, realdata, sources, verdicts
+from models.files import MODELS_DIR
 
-DATA_FILE = Path(__file__).resolve().parent / "DATA.md"
+DATA_FILE = MODELS_DIR / "DATA.md"
 
 USE = {
     "chat": "train (distilled), dev (thresholds), test",

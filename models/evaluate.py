@@ -1,9 +1,10 @@
-"""Evaluate a model directory and write models/REPORT.md, models/DATA.md + manifest metrics.
+"""Evaluate a model directory: every figure that models/REPORT.md states and the manifest keeps.
 
-Everything the report states is measured here, by one command (`python -m models evaluate`):
-per-label and per-action precision/recall/F1 on the synthetic held-out split, the real test
-splits and the identity probe side by side with the teachers, int8 vs fp32 agreement, sizes,
-latency at several lengths and thread counts, and tables of hand-written unseen chat.
+Everything the report states is measured here, by one command (`python -m models evaluate`;
+`models.publish` writes it down): per-label and per-action precision/recall/F1 on the synthetic
+held-out split, the real test splits and the identity probe side by side with the teachers, int8
+vs fp32 agreement, sizes, latency at several lengths and thread counts, and tables of
+hand-written unseen chat.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ import numpy as np
 import numpy.typing as npt
 
 from models import corpus, onnx_export, suite
+from models.metrics import f1_counts
 from models.realtext import Decide
 from moderator.classifier import Classifier
 from moderator.policy import DEFAULT_ACTIONS, Policy
 
 logger = logging.getLogger(__name__)
 
-REPORT_FILE = Path(__file__).resolve().parent / "REPORT.md"
 ACTIONS = DEFAULT_ACTIONS  # the report speaks of the default policy's actions
 LATENCY_LENGTHS = (8, 16, 32, 64, 128)
 LATENCY_THREADS = (1, 2)
@@ -41,17 +42,6 @@ def load_policy() -> tuple[Decide, str]:
     policy = Policy.load()
     decide: Decide = policy.decide
     return decide, f"moderator/default_policy.toml ({policy.ident})"
-
-
-def f1_counts(pred: npt.NDArray[Any], gold: npt.NDArray[Any]) -> dict[str, float]:
-    """Precision, recall, F1 and support of boolean predictions."""
-    tp = float(np.sum(pred & gold))
-    fp = float(np.sum(pred & ~gold))
-    fn = float(np.sum(~pred & gold))
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "support": float(np.sum(gold))}
 
 
 @dataclass(frozen=True)
@@ -372,26 +362,3 @@ def _rounded(value: Any) -> Any:
     if isinstance(value, list):
         return [_rounded(v) for v in value]
     return value
-
-
-def render_report(manifest: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
-    """REPORT.md text from the manifest and fresh metrics."""
-    from models.report import render
-
-    return render(manifest, metrics)
-
-
-def run(model_dir: Path, report: Path = REPORT_FILE, latency_runs: int = 40) -> dict[str, Any]:
-    """Evaluate, update the manifest, write the report; returns the metrics."""
-    from models import datasheet
-
-    metrics = evaluate(model_dir, latency_runs=latency_runs)
-    manifest = update_manifest(model_dir, metrics)
-    report.write_text(render_report(manifest, metrics))
-    datasheet.write(
-        metrics["real"]["teachers"],
-        manifest.get("training", {}).get("real_by_source", {}),
-        report.with_name(datasheet.DATA_FILE.name),
-        manifest.get("training", {}).get("verdicts"),
-    )
-    return metrics

@@ -15,8 +15,8 @@ prompts) counts once.
     python -m models.labelled prepare davidson=GIT_DIR toxigen=GIT_DIR ... [--out DIR]
 
 Each source names its repository, commit, files and licence below; DATA.md says how each is
-used (trained on, or dev and test only, or test only).
-    python -m models.labelled counts      # per source and label: train / dev / test lines
+used (trained on, or dev and test only, or test only), and `python -m models.realdata` counts
+each one's lines per family and split.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from models.files import REPO_ROOT
 from moderator.normalize import normalize_text
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_ENV = "MODELS_LABELLED_DATA"
 LICENCE_FILE = "LICENSE"
 # The folder's name inside models/data/ or a shared/data/ beside the checkout.
@@ -527,26 +527,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
     prep = sub.add_parser("prepare", help="clean the datasets out of repository snapshots")
     prep.add_argument("snapshots", nargs="+", help="NAME=GIT_DIR, NAME among " + ", ".join(SOURCES))
     prep.add_argument("--out", type=Path, default=None, help="default: data_dir()")
-    sub.add_parser("counts", help="print lines per source, label and split")
     args = parser.parse_args(argv)
-    if args.command == "prepare":
-        out = args.out or data_dir()
-        for item in args.snapshots:
-            name, _, git_dir = item.partition("=")
-            folder = prepare(name, Path(git_dir), out)
-            for path in sorted(folder.iterdir()):
-                print(f"{path}  {_sha256(path.read_bytes())}")
-        return 0
-    from collections import Counter
-
-    from models import realdata
-
-    counts = Counter(
-        (ln.source, ln.family, ln.split) for ln in realdata.load() if ln.source in realdata.LABELLED
-    )
-    for source, family in sorted({(s, f) for s, f, _ in counts}):
-        cells = " / ".join(str(counts[(source, family, sp)]) for sp in realdata.SPLITS)
-        print(f"{source:10} {family:10} train / dev / test: {cells}")
+    out = args.out or data_dir()
+    for item in args.snapshots:
+        name, _, git_dir = item.partition("=")
+        folder = prepare(name, Path(git_dir), out)
+        for path in sorted(folder.iterdir()):
+            print(f"{path}  {_sha256(path.read_bytes())}")
     return 0
 
 

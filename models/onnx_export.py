@@ -9,7 +9,6 @@ evaluation.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from models.files import sha256_file
 
 if TYPE_CHECKING:
     from moderator.classifier import Classifier, ModelInfo
@@ -75,15 +76,6 @@ class ExportResult:
     parity: dict[str, float]
     fp32_bytes: int
     int8_bytes: int
-
-
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def choose_activation(labels: Sequence[str], problem_type: str | None) -> str:
@@ -306,6 +298,22 @@ def export_model_dir(
     )
 
 
+def quantization_text(per_channel: bool, channels: int) -> str:
+    """The manifest's `quantization` text (`channels` 0: down-projections kept fp32; else the
+    split of `models.outliers`)."""
+    weights = "per-channel" if per_channel else "per-tensor"
+    if not channels:
+        return (
+            f"dynamic-int8 (QInt8 weights, {weights}, onnxruntime quantize_dynamic;"
+            " feed-forward down-projections kept fp32)"
+        )
+    return (
+        f"dynamic-int8 (QInt8 weights, {weights}, onnxruntime quantize_dynamic; feed-forward"
+        f" down-projections int8 with their {channels} largest input channels fp32,"
+        " models/outliers.py)"
+    )
+
+
 def write_manifest(
     out_dir: Path,
     *,
@@ -320,8 +328,6 @@ def write_manifest(
 ) -> dict[str, Any]:
     """Write manifest.json for the int8 model.onnx in out_dir and return it (`outlier_channels`:
     the down-projections' split, `models.outliers`; 0 when they were kept fp32)."""
-    from models import outliers
-
     sha = sha256_file(out_dir / MODEL_FILE)
     manifest: dict[str, Any] = {
         "name": name,
@@ -331,7 +337,7 @@ def write_manifest(
         "activation_in_graph": True,
         "max_length": max_length,
         "sha256": sha,
-        "quantization": outliers.describe(per_channel, outlier_channels),
+        "quantization": quantization_text(per_channel, outlier_channels),
         "source": source,
         "inputs": list(INPUT_NAMES),
         "output": OUTPUT_NAME,

@@ -17,7 +17,6 @@ Before quantization the split graph computes exactly what the original did.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -175,78 +174,3 @@ def calibration_texts(limit: int = CALIBRATION_LINES, seed: int = 0) -> list[str
     rng = np.random.default_rng(seed)
     pick = rng.choice(len(lines), size=min(limit, len(lines)), replace=False)
     return [lines[i].text for i in sorted(pick)]
-
-
-def describe(per_channel: bool, channels: int) -> str:
-    """The manifest's `quantization` text (`channels` 0: down-projections kept fp32)."""
-    weights = "per-channel" if per_channel else "per-tensor"
-    if not channels:
-        return (
-            f"dynamic-int8 (QInt8 weights, {weights}, onnxruntime quantize_dynamic;"
-            " feed-forward down-projections kept fp32)"
-        )
-    return (
-        f"dynamic-int8 (QInt8 weights, {weights}, onnxruntime quantize_dynamic; feed-forward"
-        f" down-projections int8 with their {channels} largest input channels fp32,"
-        " models/outliers.py)"
-    )
-
-
-def requantize(
-    model_dir: Path, out_dir: Path, texts: Sequence[str], *, channels: int = CHANNELS
-) -> dict[str, Any]:
-    """A built model directory whose down-projections were kept fp32, with them split and in
-    int8 (per-channel weights) in `out_dir`; everything else in the graph is unchanged. Returns
-    the new manifest, which records the source model and the dev-split difference to it."""
-    import json
-
-    import onnx
-
-    from models import evaluate, onnx_export
-
-    manifest: dict[str, Any] = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
-    source = f"{manifest['name']}@{manifest['version']}"
-    graph_in = onnx.load(str(model_dir / onnx_export.MODEL_FILE), load_external_data=False)
-    if not down_projection_nodes(graph_in):
-        raise ValueError(f"{source} has no fp32 down-projections to requantize (already split?)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    graph = out_dir / onnx_export.MODEL_FILE
-    tokenizer = model_dir / onnx_export.TOKENIZER_FILE
-    batches = calibration_batches(onnx_export.classifier(model_dir), texts)
-    quantize(
-        model_dir / onnx_export.MODEL_FILE, graph, batches, per_channel=True, channels=channels
-    )
-    shutil.copyfile(tokenizer, out_dir / onnx_export.TOKENIZER_FILE)
-    against = evaluate.real_dev_gaps(
-        model_dir, model_dir / onnx_export.MODEL_FILE, {"split": graph}, manifest["labels"]
-    )["split"]
-    sha = onnx_export.sha256_file(graph)
-    manifest.update(
-        version=sha[:6],
-        sha256=sha,
-        quantization=_requantized_text(str(manifest.get("quantization", "")), channels),
-        requantized={
-            "from": source,
-            "calibration_lines": len(texts),
-            "channels": channels,
-            "real_dev_vs_source": against,
-            # the source's own gap to its fp32 graph, measured when it was built
-            "source_int8_vs_fp32": manifest.get("metrics", {}).get("int8_vs_fp32"),
-        },
-        metrics={},
-    )
-    manifest.pop("fp32_model", None)
-    (out_dir / onnx_export.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest
-
-
-def _requantized_text(source: str, channels: int) -> str:
-    """The source's `quantization` text with its kept-fp32 down-projections replaced: the rest
-    of the graph keeps the source's int8 (per-tensor or per-channel)."""
-    kept = describe(False, 0).split("; ", 1)[1]  # "feed-forward down-projections kept fp32)"
-    if not source.endswith(kept):
-        return describe(True, channels)
-    return source[: -len(kept)] + (
-        f"feed-forward down-projections int8, per-channel, with their {channels} largest input"
-        " channels fp32 by models/outliers.py)"
-    )

@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -507,3 +509,16 @@ def long_messages(
         parts.insert(rng.randint(0, len(parts)), rng.choice(rude))
         out.append(joined(parts))
     return out
+
+
+def main() -> int:
+    """Lines per labelled source, family and split (`python -m models.realdata`)."""
+    counts = Counter((ln.source, ln.family, ln.split) for ln in load() if ln.source in LABELLED)
+    for source, family in sorted({(s, f) for s, f, _ in counts}):
+        cells = " / ".join(str(counts[(source, family, sp)]) for sp in SPLITS)
+        print(f"{source:10} {family:10} train / dev / test: {cells}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

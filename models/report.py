@@ -7,6 +7,9 @@ from typing import Any
 
 from models import realeval, suite
 from models.evaluate import LATENCY_LENGTHS, LATENCY_THREADS
+from models.files import MODELS_DIR
+
+REPORT_FILE = MODELS_DIR / "REPORT.md"
 
 NOTES = (
     "- **Read the real-text section first.** The synthetic held-out split measures"

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from models.onnx_export import sha256_file
+from models.files import MODELS_DIR, sha256_file
 from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
 from moderator.errors import ModeratorError
@@ -42,7 +42,6 @@ SHIPPED_FILES = (MODEL_FILE, TOKENIZER_FILE, MANIFEST_FILE)
 # Manifest keys naming files that stay in the build folder and are not shipped.
 UNSHIPPED_KEYS = ("fp32_model",)
 
-MODELS_DIR = Path(__file__).resolve().parent
 DEFAULT_FROM = MODELS_DIR / "build" / "chat-minilm"
 DEFAULT_TO = DEFAULT_MODEL_DIR
 DEFAULT_LINES = MODELS_DIR / "data" / "heldout.tsv"

@@ -31,12 +31,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.onnx_export import sha256_file
+from models.files import BUILD_DIR, sha256_file
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CACHE = REPO_ROOT / "models" / "build" / "cache" / "packages"
+DEFAULT_CACHE = BUILD_DIR / "cache" / "packages"
 
 ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2")
 

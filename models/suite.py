@@ -31,13 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from models.files import DATA_DIR
+
 if TYPE_CHECKING:
     from moderator.classifier import Classifier
     from moderator.policy import Policy
 
 logger = logging.getLogger(__name__)
 
-SUITE_FILE = Path(__file__).resolve().parent / "data" / "suite.tsv"
+SUITE_FILE = DATA_DIR / "suite.tsv"
 HATEFUL, BENIGN = "hateful", "benign"
 LANG_PREFIX = "lang_"  # lang_es, lang_de, ...: the languages probe
 SHORT = "short"  # short or ambiguous lines that must never go to review

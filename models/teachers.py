@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from models import sources
 from models.corpus import LABELS
+from models.files import BUILD_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ Matrix = npt.NDArray[np.float32]
 F32 = npt.NDArray[np.float32]
 
 OUR_LABELS: tuple[str, ...] = LABELS  # our model's labels, in its output order
-DEFAULT_CACHE = Path(__file__).resolve().parent / "build" / "cache" / "packages"
+DEFAULT_CACHE = BUILD_DIR / "cache" / "packages"
 FLAG_AT = 0.5  # a teacher's verdict: its mapped toxicity reaches this (see `flagged`)
 
 

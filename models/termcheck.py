@@ -9,12 +9,12 @@ policy's `default_terms` is chosen from this table.
 from __future__ import annotations
 
 import collections
-from pathlib import Path
 
 from models import realdata
+from models.files import MODELS_DIR
 from moderator.terms import SEVERITIES, TermMatcher, default_terms
 
-OUT = Path(__file__).resolve().parent / "TERMS.md"
+OUT = MODELS_DIR / "TERMS.md"
 TOP = 15
 
 

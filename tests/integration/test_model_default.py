@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from models import corpus, evaluate, onnx_export
-from models.cli import QUANT_MAX_DEV_GAP_POINTS
+from models.quantization import QUANT_MAX_DEV_GAP_POINTS
 from moderator.config import DEFAULT_MODEL_DIR
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import pytest
 
 from models import cli as models_cli
 from models import realdata
-from models.commands import MODEL_EXTRA_MODULES
+from models.subcommands import MODEL_EXTRA_MODULES
 from moderator.cli import main
 
 

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from models import evaluate
+from models.metrics import f1_counts
 
 
 def test_f1_counts() -> None:
     pred = np.asarray([True, True, False, False])
     gold = np.asarray([True, False, True, False])
-    m = evaluate.f1_counts(pred, gold)
+    m = f1_counts(pred, gold)
     assert m["precision"] == pytest.approx(0.5)
     assert m["recall"] == pytest.approx(0.5)
     assert m["f1"] == pytest.approx(0.5)
@@ -20,7 +21,7 @@ def test_f1_counts() -> None:
 
 def test_f1_counts_with_no_positives_is_zero_not_an_error() -> None:
     none = np.zeros(3, dtype=bool)
-    assert evaluate.f1_counts(none, none)["f1"] == 0.0
+    assert f1_counts(none, none)["f1"] == 0.0
 
 
 def test_gold_actions_follow_the_packaged_policy() -> None:

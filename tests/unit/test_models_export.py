@@ -13,7 +13,7 @@ import pytest
 import torch  # the model extra; installed by `make install`
 import transformers
 
-from models import checkpoint, evaluate, onnx_export, outliers
+from models import checkpoint, evaluate, onnx_export, outliers, quantization
 
 DETOXIFY = ["toxicity", "severe_toxicity", "obscene", "insult", "threat", "identity_attack"]
 
@@ -238,7 +238,7 @@ def test_requantize_writes_a_model_directory_that_names_its_source(
 
     monkeypatch.setattr(evaluate, "real_dev_gaps", dev_gaps)
     new_dir = tmp_path / "new"
-    new = outliers.requantize(source, new_dir, SPLIT_TEXTS, channels=2)
+    new = quantization.requantize(source, new_dir, SPLIT_TEXTS, channels=2)
     assert seen["ref"] == source / "model.onnx"
     assert seen["candidates"] == {"split": new_dir / "model.onnx"}
     assert new == json.loads((new_dir / "manifest.json").read_text())
@@ -248,11 +248,11 @@ def test_requantize_writes_a_model_directory_that_names_its_source(
     assert "2 largest input channels fp32" in new["quantization"]
     onnx_export.validate_model_dir(new_dir)
     with pytest.raises(ValueError, match="no fp32 down-projections"):
-        outliers.requantize(new_dir, tmp_path / "again", SPLIT_TEXTS)
+        quantization.requantize(new_dir, tmp_path / "again", SPLIT_TEXTS)
 
 
-def test_describe_names_what_stays_fp32() -> None:
-    assert "down-projections kept fp32" in outliers.describe(False, 0)
-    assert "per-tensor" in outliers.describe(False, 0)
-    assert "4 largest input channels fp32" in outliers.describe(True, 4)
-    assert "per-channel" in outliers.describe(True, 4)
+def test_the_quantization_text_names_what_stays_fp32() -> None:
+    assert "down-projections kept fp32" in onnx_export.quantization_text(False, 0)
+    assert "per-tensor" in onnx_export.quantization_text(False, 0)
+    assert "4 largest input channels fp32" in onnx_export.quantization_text(True, 4)
+    assert "per-channel" in onnx_export.quantization_text(True, 4)
