@@ -45,6 +45,7 @@ from console.claims import PENDING_MARGIN_MS, Claims
 from console.config import ConsoleSettings, token_matches
 from console.csrf import CsrfGuard, renew, session_token
 from console.feed import Feed
+from console.metrics import metrics
 from console.records import SCOPES, VERDICTS, Verdict, now_ms
 
 log = logging.getLogger(__name__)
@@ -352,6 +353,7 @@ def create_app(settings: ConsoleSettings, board: Board, feed: Feed, claims: Clai
         routes=[
             Route("/", console.index),
             Route("/healthz", console.health),
+            Route("/metrics", metrics),
             Route("/api/session", console.session),
             Route("/login", console.login, methods=["POST"]),
             Route("/logout", console.logout, methods=["POST"]),

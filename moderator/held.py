@@ -63,10 +63,11 @@ if by == 'timeout' then return {'timed_out', record} end
 return {'late', record}
 """
 # KEYS: the due index; ARGV: now (ms), most to claim, lease (ms), key prefix. Returns the number
-# of messages in the index, then the claimed ones.
+# of messages in the index, the next held one's due and held times (ms; 0 for none: claimed
+# leases skipped), then the claimed ones.
 _CLAIM = """
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-local out = {0}
+local out = {0, 0, 0}
 for _, id in ipairs(ids) do
   local key = ARGV[4] .. id
   local state = redis.call('HGET', key, 'state')
@@ -79,6 +80,15 @@ for _, id in ipairs(ids) do
   end
 end
 out[1] = redis.call('ZCARD', KEYS[1])
+local ahead = redis.call('ZRANGE', KEYS[1], 0, 2 * tonumber(ARGV[2]), 'WITHSCORES')
+for i = 1, #ahead, 2 do
+  local key = ARGV[4] .. ahead[i]
+  if redis.call('HGET', key, 'state') == 'held' then
+    out[2] = tonumber(ahead[i + 1])
+    out[3] = cjson.decode(redis.call('HGET', key, 'record'))['held_at_ms'] or 0
+    break
+  end
+end
 return out
 """
 
@@ -129,6 +139,14 @@ class _Local:
 
 def context_key(channel_id: str) -> str:
     return CONTEXT_PREFIX + channel_id
+
+
+def timeout_spent(now_ms: int, due_ms: int, held_ms: int) -> float:
+    """Of a message held at `held_ms` and due at `due_ms`, the share of its timeout spent by
+    `now_ms` (above 1: overdue, its sweep behind); 0 for none (`due_ms` 0)."""
+    if due_ms <= 0 or due_ms <= held_ms:
+        return 0.0
+    return max(now_ms - held_ms, 0) / (due_ms - held_ms)
 
 
 class HeldStore:
@@ -225,7 +243,8 @@ class HeldStore:
                 self.cache.failed(exc)
             else:
                 self.metrics.held_messages.set(int(reply[0]) + len(self._local))
-                return [orjson.loads(raw) for raw in reply[1:]]
+                self._spent(now_ms, int(reply[1]), int(reply[2]))
+                return [orjson.loads(raw) for raw in reply[3:]]
         ended_before = now_ms - FINAL_KEEP_S * 1000
         for message_id in [k for k, v in self._local.items() if 0 < v.ended_ms < ended_before]:
             del self._local[message_id]
@@ -236,7 +255,10 @@ class HeldStore:
         ][:limit]
         for local in due:
             local.state, local.by = "timing_out", "timeout"
-        self.metrics.held_messages.set(sum(1 for v in self._local.values() if v.state == "held"))
+        waiting = [v.held for v in self._local.values() if v.state == "held"]
+        self.metrics.held_messages.set(len(waiting))
+        first = min(waiting, key=lambda h: int(h["expires_at_ms"]), default={})
+        self._spent(now_ms, first.get("expires_at_ms", 0), first.get("held_at_ms", 0))
         return [local.held for local in due]
 
     async def settle(self, message_ids: Sequence[str]) -> None:
@@ -286,6 +308,11 @@ class HeldStore:
             pipe.zadd(self.due_key, {held["message_id"]: held["expires_at_ms"]}, nx=True)
         else:
             pipe.expire(key, FINAL_KEEP_S)
+
+    def _spent(self, now_ms: int, due_ms: int, held_ms: int) -> None:
+        """The next held message's share of its timeout spent: the gauge an alert pages on
+        before the queue's oldest messages fall back unseen (0 when none is held)."""
+        self.metrics.held_timeout_spent.set(timeout_spent(now_ms, due_ms, held_ms))
 
     def _round_trip(self, part: str) -> None:
         self.metrics.redis_round_trips.labels(part).inc()

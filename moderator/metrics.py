@@ -58,7 +58,7 @@ REFUSED_OUTCOMES = ("decision", "dead_letter", "receipt")
 COMMIT_RESULTS = ("ok", "failed")
 POLICY_RESULTS = ("applied", "removed", "rejected")
 VERDICTS = ("allow", "nudge", "block")  # moderator/records.py VERDICTS
-VERDICT_OUTCOMES = ("applied", "late", "not_held", "invalid")
+VERDICT_OUTCOMES = ("applied", "late", "not_held", "timed_out", "invalid")
 # What holds a message besides a model label (the reason's head: `unsupported_language:fr`).
 HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none")
 OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # moderator/overrides.py ACTIONS (a verdict's)
@@ -198,6 +198,10 @@ class Metrics:
         self.held_messages = gauge(
             "held_messages", "Messages awaiting a verdict or their timeout (this instance's view)"
         )
+        self.held_timeout_spent = gauge(
+            "held_timeout_spent_ratio",
+            "The held message next due: the share of its review timeout spent (0: none held)",
+        )
         self.review_timeouts = counter(
             "review_timeouts", "Held messages timed out to their policy's review_fallback"
         )
@@ -209,8 +213,8 @@ class Metrics:
         )
         self.verdict_outcomes = counter(
             "verdict_outcomes",
-            "Verdicts read: applied, late (a second one for a message), not_held (unknown, "
-            "expired or timed out: dead-lettered) or invalid (dead-lettered)",
+            "Verdicts read: applied, late (a second one for a message), not_held (unknown or "
+            "expired), timed_out (after its fallback) or invalid: the last three dead-lettered",
             "outcome",
         )
         self.override_decisions = counter(

@@ -121,8 +121,9 @@ class VerdictIntake:
         applied = await self._apply(verdict, f"{record.topic}/{record.partition}/{record.offset}")
         held = applied.held
         if held is None or applied.status in ("not_held", "timed_out"):
-            self.metrics.verdict_outcomes.labels("not_held").inc()
-            why = "timed out before it" if applied.status == "timed_out" else "no held message"
+            late = applied.status == "timed_out"  # counted apart: a slow queue, not lost state
+            self.metrics.verdict_outcomes.labels("timed_out" if late else "not_held").inc()
+            why = "timed out before it" if late else "no held message"
             not_held = InvalidRecord(NOT_HELD, f"{verdict.message_id}: {why}, not applied")
             await self._send(record, dead_letter(record, not_held), self.settings.dlq_topic)
             return applied.status

@@ -155,3 +155,27 @@ async def test_each_redis_call_counts_one_round_trip_for_its_part(
         assert trips(metrics)["cache_write"] == 1
     finally:
         await cache.stop()
+
+
+async def test_the_gauge_reads_the_next_held_message_due_from_redis_skipping_leases(
+    caches: list[ScoreCache],
+) -> None:
+    """What ModeratorHeldNearTimeout reads, the same on every instance of the group: a message
+    claimed for its timeout (a lease, due again later) is not the one to page about."""
+    metrics = Metrics()
+    one = HeldStore(caches[0], metrics, group="g", timeout_s=1.0)
+    two = stores(caches)[1]
+
+    def gauge() -> float | None:
+        return metrics.registry.get_sample_value("moderator_held_timeout_spent_ratio")
+
+    await hold(one, {**held("m-1", 2_000), "held_at_ms": 1_000},
+               {**held("m-2", 11_000), "held_at_ms": 1_000})  # fmt: skip
+    assert await one.claim_due(1_500) == []
+    assert gauge() == pytest.approx(0.5), "m-1: half its second"
+    assert [h["message_id"] for h in await two.claim_due(2_000)] == ["m-1"]  # a lease now
+    assert await one.claim_due(3_000) == []
+    assert gauge() == pytest.approx(0.2), "m-2: 2 s of its 10; m-1's lease skipped"
+    assert (await two.apply("m-2", "v/0/1")).status == "applied"
+    assert await one.claim_due(3_000) == []
+    assert gauge() == 0, "nothing held: m-1 is timing out, m-2 decided"

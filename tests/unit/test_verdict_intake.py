@@ -123,6 +123,20 @@ async def test_a_verdict_for_nothing_and_a_malformed_one_are_dead_letters(
     assert overrides.recorded == []
 
 
+@pytest.mark.parametrize(("answer", "outcome"), [
+    (Applied("not_held", None), "not_held"),  # lost or never held: ModeratorVerdictsNotHeld
+    (Applied("timed_out", HELD), "timed_out"),  # after its fallback: a slow queue
+])  # fmt: skip
+async def test_a_verdict_after_its_timeout_counts_apart_from_one_for_a_message_not_held(
+    answer: Applied, outcome: str
+) -> None:
+    applier, _, _, metrics = intake(Store(answer))
+    await applier.handle(Record(verdict()))  # type: ignore[arg-type]
+    counted = {o: count(metrics, "verdict_outcomes_total", outcome=o)
+               for o in ("not_held", "timed_out")}  # fmt: skip
+    assert counted == {o: 1.0 if o == outcome else 0.0 for o in counted}
+
+
 async def test_a_verdict_waits_for_redis_instead_of_being_dead_lettered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
