@@ -36,6 +36,8 @@ RUN groupadd --system --gid 10001 console \
  && useradd --system --uid 10001 --gid console --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin console
 COPY --from=build /opt/console /opt/console
+# All interfaces, for `docker run -p 127.0.0.1:8080:8080` with token logins; deploy/k8s/console
+# sets 127.0.0.1 instead, where oauth2-proxy in the same pod is the console's only client.
 ENV PATH=/opt/console/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
