@@ -21,6 +21,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from console.auth import verifier_from
 from console.commands import MODERATOR_SETTINGS
 from console.config import ConsoleSettings, env_name
 from moderator.config import Settings
@@ -29,6 +30,7 @@ from moderator.intake import FINAL_COMMIT_MIN_S
 from moderator.loop import LEFTOVER_TIMEOUT_S
 from moderator.topics import COMPACTED
 from moderator.verdict_intake import GROUP_SUFFIX
+from tests.oidc import Provider, jwks
 from tests.promql import (
     ALERT_RULES,
     DASHBOARD,
@@ -225,15 +227,10 @@ def test_compose_runs_two_moderators_in_one_group_scraped_as_job_moderator() -> 
     grace_s = int(moderator["stop_grace_period"].removesuffix("s"))
     assert grace_s >= 15 + EXIT_BOUND_EXTRA_S
     prometheus = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
-    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
-    job = jobs["moderator"]  # what deploy/prometheus-alerts.yml selects
+    (job,) = prometheus["scrape_configs"]
+    assert job["job_name"] == "moderator"  # what deploy/prometheus-alerts.yml selects
     assert job["dns_sd_configs"][0]["names"] == ["moderator"]
     assert job["dns_sd_configs"][0]["port"] == 9108
-    # ModeratorConsoleDown watches up{job="moderator-console"}: the console's /metrics.
-    (target,) = jobs["moderator-console"]["static_configs"][0]["targets"]
-    host, port = target.split(":")
-    assert f"127.0.0.1:{port}:{port}" in services[host]["ports"]
-    assert jobs["moderator-console"]["metrics_path"] == "/metrics"
 
 
 def test_compose_prometheus_loads_the_rules_and_sends_alerts_to_compose_alertmanager() -> None:
@@ -477,41 +474,6 @@ def test_the_dev_services_are_the_ones_the_dev_overlay_expects() -> None:
         assert [p["port"] for p in services[name]["spec"]["ports"]] == [int(port)]
 
 
-def redis_servers() -> dict[str, tuple[list[str], list[str]]]:
-    """Every Redis server deploy/ ships (compose's services, the dev services' pods): its command
-    line and where a volume keeps its data."""
-    found: dict[str, tuple[list[str], list[str]]] = {}
-    for name, service in compose()["services"].items():
-        if service.get("image", "").startswith("redis:"):
-            mounts = [v.split(":")[1] for v in service.get("volumes", [])
-                      if v.split(":")[0] in compose().get("volumes", {})]  # fmt: skip
-            found[f"compose {name}"] = (service["command"], mounts)
-    for doc in render(K8S / "dev-services"):
-        if doc["kind"] not in ("Deployment", "StatefulSet"):
-            continue
-        claims = {c["metadata"]["name"] for c in doc["spec"].get("volumeClaimTemplates", [])}
-        for c in doc["spec"]["template"]["spec"]["containers"]:
-            if c["image"].startswith("redis:"):
-                mounts = [m["mountPath"] for m in c.get("volumeMounts", []) if m["name"] in claims]
-                command = [*c.get("command", []), *c["args"]]
-                found[f"{doc['kind']} {doc['metadata']['name']}"] = (command, mounts)
-    return found
-
-
-def test_every_shipped_redis_keeps_held_and_user_state_through_a_restart() -> None:
-    """Issue 43: held messages and users' state live in the moderators' Redis. An evicting
-    policy (allkeys-* or volatile-*: held keys carry a TTL) drops them under memory pressure, and
-    a Redis without its append-only file on a volume loses them all on a restart."""
-    servers = redis_servers()
-    assert {"compose redis", "StatefulSet redis"} <= set(servers)
-    for where, (command, mounts) in servers.items():
-        assert command[0] == "redis-server", where
-        options = dict(zip(command[1::2], command[2::2], strict=True))
-        assert options["--maxmemory-policy"] == "noeviction", where
-        assert (options["--appendonly"], options["--appendfsync"]) == ("yes", "everysec"), where
-        assert options["--dir"] in mounts, f"{where}: its data dir is on no volume"
-
-
 EXACT_TAG = re.compile(r":v?\d+\.\d+\.\d+(-[a-z0-9.-]+)?$")
 
 
@@ -537,29 +499,100 @@ def test_every_image_is_pinned_to_an_exact_version() -> None:
 # -- the review console (deploy/k8s/console, compose service `console`) ------------------------
 
 
-def test_the_consoles_settings_and_secrets_make_a_console_that_can_start() -> None:
-    docs = {d["kind"]: d for d in render(K8S / "console")}
-    (console,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+def console_pod() -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """deploy/k8s/console rendered: its resources by kind (ConfigMaps by their generator's name)
+    and the pod's containers by name."""
+    docs: dict[str, Any] = {}
+    for doc in render(K8S / "console"):
+        if doc["kind"] == "ConfigMap":
+            docs[doc["metadata"]["name"].rsplit("-", 1)[0]] = doc  # less kustomize's hash
+        else:
+            docs[doc["kind"]] = doc
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    return docs, {c["name"]: c for c in pod["containers"]}
+
+
+def pod_env(docs: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """A container's environment as the kubelet makes it, the Secret being the example's."""
+    secrets = yaml.safe_load((K8S / "console" / "secret.example.yaml").read_text())["stringData"]
+    maps = {d["metadata"]["name"]: d["data"] for d in docs.values() if d["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        env.update(maps[source["configMapRef"]["name"]])
+    for e in container.get("env", []):
+        ref = e["valueFrom"]
+        if "secretKeyRef" in ref:
+            env[e["name"]] = secrets[ref["secretKeyRef"]["key"]]
+        else:
+            env[e["name"]] = maps[ref["configMapKeyRef"]["name"]][ref["configMapKeyRef"]["key"]]
+    return env
+
+
+def test_the_consoles_settings_and_secrets_make_a_console_that_can_start(tmp_path: Path) -> None:
+    docs, containers = console_pod()
+    console = containers["console"]
     example = yaml.safe_load((K8S / "console" / "secret.example.yaml").read_text())
     secrets = example["stringData"]
-    env = dict(docs["ConfigMap"]["data"])
-    env.update({e["name"]: secrets[e["valueFrom"]["secretKeyRef"]["key"]] for e in console["env"]})
+    env = pod_env(docs, console)
     names = {f"MODERATOR_{name.upper()}" for name in MODERATOR_SETTINGS}
     names |= {env_name(f.name) for f in dataclasses.fields(ConsoleSettings)}
     names |= {"MODERATOR_LOG_FORMAT", "MODERATOR_LOG_LEVEL"}
     assert set(env) <= names, set(env) - names
-    volumes = docs["Deployment"]["spec"]["template"]["spec"]["volumes"]
-    mounted = {i["key"] for v in volumes for i in v.get("secret", {}).get("items", [])}
-    assert mounted <= set(secrets)
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    mounted = {i["key"]: (v["name"], i["path"]) for v in pod["volumes"]
+               for i in v.get("secret", {}).get("items", [])}  # fmt: skip
+    assert set(mounted) <= set(secrets)
     assert example["metadata"]["namespace"] == docs["Deployment"]["metadata"]["namespace"]
     settings = ConsoleSettings.from_env(env)
-    assert settings.identity_header  # behind the proxy; the mounted tokens file is the other way
     assert settings.secret == secrets["session-secret"]
+    # The pinned key is the Secret's JWKS, where the console's setting looks for it.
+    volume, name = mounted["oidc-jwks.json"]
+    (mount,) = [m["mountPath"] for m in console["volumeMounts"] if m["name"] == volume]
+    assert settings.oidc_key_file == f"{mount}/{name}"
+    # It starts with a real key there (the example's is a placeholder) and in the proxy mode.
+    key_file = jwks(tmp_path / "jwks.json", Provider())
+    dataclasses.replace(settings, oidc_key_file=str(key_file)).check()
     Settings.from_env({k: v for k, v in env.items() if k != "MODERATOR_KAFKA_SSL_CAFILE"})
-    (port,) = console["ports"]
-    assert port["containerPort"] == settings.port
-    assert console["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+
+
+def test_the_console_trusts_no_header_and_only_its_oauth2_proxy_reaches_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 43: the shipped console trusted X-Forwarded-Email from anyone in the cluster."""
+    docs, containers = console_pod()
+    assert set(containers) == {"console", "proxy"}
+    console, proxy = containers["console"], containers["proxy"]
+    env = pod_env(docs, console)
+    assert "MODERATOR_CONSOLE_IDENTITY_HEADER" not in env
+    settings = ConsoleSettings.from_env(env)
+    assert not settings.logins()  # identity comes from the verified ID token only
+    key_file = jwks(tmp_path / "jwks.json", Provider())
+    assert verifier_from(dataclasses.replace(settings, oidc_key_file=str(key_file))) is not None
+    # The console listens on the pod's loopback; the Service and the policy reach the proxy only.
+    assert settings.host == "127.0.0.1"
+    assert "ports" not in console
+    (port,) = proxy["ports"]
     assert docs["Service"]["spec"]["ports"][0]["targetPort"] == port["name"]
+    ingress = docs["NetworkPolicy"]["spec"]["ingress"]
+    assert [p["port"] for rule in ingress for p in rule["ports"]] == [port["name"]]
+    assert all("from" not in rule or rule["from"] for rule in ingress)
+    # The proxy hands the console the ID token, for the console's own port, as it expects it.
+    flags = dict(a.removeprefix("--").split("=", 1) for a in proxy["args"])
+    assert flags["http-address"].endswith(f":{port['containerPort']}")
+    assert flags["upstream"] == f"http://127.0.0.1:{settings.port}/"
+    assert flags["provider"] == "oidc"
+    assert flags["pass-authorization-header"] == "true"
+    assert settings.oidc_header == "Authorization"
+    # Only the scrape passes without a login (what the console's /metrics says names nobody).
+    skipped = [a.split("=", 1)[1] for a in proxy["args"] if a.startswith("--skip-auth-route")]
+    assert skipped == ["GET=^/metrics$"]
+    # One issuer and one client id for both: the console's audience is the proxy's client.
+    proxy_env = pod_env(docs, proxy)
+    assert proxy_env["OAUTH2_PROXY_OIDC_ISSUER_URL"] == settings.oidc_issuer
+    assert proxy_env["OAUTH2_PROXY_CLIENT_ID"] == settings.oidc_audience
+    assert {"OAUTH2_PROXY_CLIENT_SECRET", "OAUTH2_PROXY_COOKIE_SECRET"} <= set(proxy_env)
+    assert proxy_env["OAUTH2_PROXY_REDIRECT_URL"].startswith("https://")
+    assert docs["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "http"
 
 
 def test_compose_runs_the_console_on_loopback_with_the_moderators_kafka_and_redis() -> None:
@@ -571,3 +604,4 @@ def test_compose_runs_the_console_on_loopback_with_the_moderators_kafka_and_redi
     for name in ("MODERATOR_KAFKA_BOOTSTRAP", "MODERATOR_REDIS_URL"):
         assert console["environment"][name] == moderator[name]
     assert "MODERATOR_CONSOLE_TOKENS" in console["environment"]
+    assert not any("IDENTITY_HEADER" in name for name in console["environment"])  # issue 43
