@@ -227,10 +227,15 @@ def test_compose_runs_two_moderators_in_one_group_scraped_as_job_moderator() -> 
     grace_s = int(moderator["stop_grace_period"].removesuffix("s"))
     assert grace_s >= 15 + EXIT_BOUND_EXTRA_S
     prometheus = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
-    (job,) = prometheus["scrape_configs"]
-    assert job["job_name"] == "moderator"  # what deploy/prometheus-alerts.yml selects
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    job = jobs["moderator"]  # what deploy/prometheus-alerts.yml selects
     assert job["dns_sd_configs"][0]["names"] == ["moderator"]
     assert job["dns_sd_configs"][0]["port"] == 9108
+    # ModeratorConsoleDown watches up{job="moderator-console"}: the console's /metrics.
+    (target,) = jobs["moderator-console"]["static_configs"][0]["targets"]
+    host, port = target.split(":")
+    assert f"127.0.0.1:{port}:{port}" in services[host]["ports"]
+    assert jobs["moderator-console"]["metrics_path"] == "/metrics"
 
 
 def test_compose_prometheus_loads_the_rules_and_sends_alerts_to_compose_alertmanager() -> None:
@@ -472,6 +477,41 @@ def test_the_dev_services_are_the_ones_the_dev_overlay_expects() -> None:
         assert ns == namespace
         assert services[name]["metadata"]["namespace"] == namespace
         assert [p["port"] for p in services[name]["spec"]["ports"]] == [int(port)]
+
+
+def redis_servers() -> dict[str, tuple[list[str], list[str]]]:
+    """Every Redis server deploy/ ships (compose's services, the dev services' pods): its command
+    line and where a volume keeps its data."""
+    found: dict[str, tuple[list[str], list[str]]] = {}
+    for name, service in compose()["services"].items():
+        if service.get("image", "").startswith("redis:"):
+            mounts = [v.split(":")[1] for v in service.get("volumes", [])
+                      if v.split(":")[0] in compose().get("volumes", {})]  # fmt: skip
+            found[f"compose {name}"] = (service["command"], mounts)
+    for doc in render(K8S / "dev-services"):
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        claims = {c["metadata"]["name"] for c in doc["spec"].get("volumeClaimTemplates", [])}
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            if c["image"].startswith("redis:"):
+                mounts = [m["mountPath"] for m in c.get("volumeMounts", []) if m["name"] in claims]
+                command = [*c.get("command", []), *c["args"]]
+                found[f"{doc['kind']} {doc['metadata']['name']}"] = (command, mounts)
+    return found
+
+
+def test_every_shipped_redis_keeps_held_and_user_state_through_a_restart() -> None:
+    """Issue 43: held messages and users' state live in the moderators' Redis. An evicting
+    policy (allkeys-* or volatile-*: held keys carry a TTL) drops them under memory pressure, and
+    a Redis without its append-only file on a volume loses them all on a restart."""
+    servers = redis_servers()
+    assert {"compose redis", "StatefulSet redis"} <= set(servers)
+    for where, (command, mounts) in servers.items():
+        assert command[0] == "redis-server", where
+        options = dict(zip(command[1::2], command[2::2], strict=True))
+        assert options["--maxmemory-policy"] == "noeviction", where
+        assert (options["--appendonly"], options["--appendfsync"]) == ("yes", "everysec"), where
+        assert options["--dir"] in mounts, f"{where}: its data dir is on no volume"
 
 
 EXACT_TAG = re.compile(r":v?\d+\.\d+\.\d+(-[a-z0-9.-]+)?$")
