@@ -60,11 +60,25 @@ install: $(VENV)/.extras-$(DEMO_EXTRAS) redis  ## .venv with the runtime, the de
 demo: install  ## embedded Kafka + Redis + moderator, drive real chat through it, print what happened
 	$(BIN)/moderator demo
 
+# The decision consumers of examples/ (README, "Consuming decisions"), which
+# tests/integration/test_examples.py runs against the real broker: the Node one's packages pinned
+# by its lockfile, and Debian's nodejs and npm when node is missing.
+.PHONY: examples
+examples: examples/node/node_modules/.installed  ## the examples' packages (examples/node: npm ci); node, when missing
+
+examples/node/node_modules/.installed: examples/node/package.json examples/node/package-lock.json
+	@{ command -v node && command -v npm; } >/dev/null || { \
+	  echo "installing Debian's nodejs and npm (the Node example) …"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; }
+	npm ci --prefix examples/node --no-audit --no-fund --loglevel=error
+	@touch '$@'
+
 # Layer by layer, fastest first: `make test` stops at the first layer that fails.
 test-unit: $(VENV)/.extras-$(TEST_EXTRAS)  ## the unit tests: no servers, under a minute
 	$(BIN)/pytest tests/unit
 
-test: test-unit redis stunnel chromium  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
+test: test-unit redis stunnel chromium examples  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
 	$(BIN)/pytest tests/integration
 
 # MODELS_VERDICTS=FILE (`moderator verdicts export`'s): the moderators' verdicts, a train split.
