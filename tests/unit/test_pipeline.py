@@ -11,13 +11,16 @@ import pytest
 
 from moderator.batcher import MicroBatcher
 from moderator.cache import ScoreCache, cache_key
+from moderator.channel_policies import PolicyBook
 from moderator.classifier import Classifier
 from moderator.config import DEGRADED_MODES, Settings
 from moderator.degrade import Fallback, fallback_for
+from moderator.held import HeldStore
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
-from moderator.policy import Policy
+from moderator.policy import Policy, read_spec
 from moderator.records import DLQ_ERROR_CODE
+from moderator.review import Review
 from moderator.verdicts import Reader
 
 
@@ -236,3 +239,33 @@ async def test_an_unsupported_language_is_reviewed_and_counted(
     assert decision["language"] == "es"
     assert sample("moderator_unsupported_language_total", {"language": "es"}) == 1
     assert sample("moderator_unsupported_language_total", {"language": "de"}) == 0
+
+
+async def test_a_review_decision_plans_with_its_channels_own_review_settings(
+    classifier: Classifier,
+) -> None:
+    base = {**read_spec(), "deny": [{"term": "potato", "category": "test", "action": "review"}]}
+    book = PolicyBook(Policy.from_mapping(base))
+    own = {"name": "slow", "version": 1, "review_timeout_s": 30, "review_fallback": "block"}
+    book.apply("c-2", orjson.dumps(own))
+    metrics = Metrics()
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics)
+    cache = ScoreCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)  # no Redis
+    store = HeldStore(cache, metrics, group="g", timeout_s=0.1)  # held in this process
+    review = Review(store, metrics, context=0, context_bytes=0, labels=classifier.labels)
+    pipeline = Pipeline(classifier, book, batcher, cache, metrics, max_record_bytes=65536,
+                        budget_ms=50, review=review)  # fmt: skip
+    records = [Record(orjson.dumps({"message_id": f"m-{c}", "channel_id": c, "user_id": "u",
+                                    "text": "potato salad"}), offset=i)
+               for i, c in enumerate(["c-1", "c-2"])]  # fmt: skip
+    outcomes = await pipeline.process(records)
+    got = {}
+    for outcome in outcomes:
+        decision, record = orjson.loads(outcome.value or b""), orjson.loads(outcome.review or b"")
+        assert decision["review"] == {
+            "due_at_ms": record["expires_at_ms"],
+            "fallback": record["review_fallback"],
+        }
+        timeout_ms = record["expires_at_ms"] - record["held_at_ms"]
+        got[decision["channel_id"]] = (timeout_ms, decision["review"]["fallback"])
+    assert got == {"c-1": (600_000, "allow"), "c-2": (30_000, "block")}, "each channel's policy"
