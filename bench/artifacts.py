@@ -64,7 +64,7 @@ class ShapeArtifacts:
 def torch_module(shape: str, seed: int = 0) -> Any:
     """A random-weight sequence classifier of `shape` in eval mode (eager attention)."""
     if shape in ("distilbert-base", "bert-base"):
-        from models.checkpoint import speed_shape_module
+        from models.export.checkpoint import speed_shape_module
 
         return speed_shape_module(shape, n_labels=len(SPEED_LABELS), seed=seed)
     if shape == "minilm-l6":
@@ -92,7 +92,7 @@ def heads_and_hidden(shape: str) -> tuple[int, int]:
 
 
 def _manifest(out_dir: Path, shape: str, what: str) -> None:
-    from models.onnx_export import write_manifest
+    from models.export.onnx_export import write_manifest
 
     write_manifest(
         out_dir,
@@ -112,7 +112,7 @@ def _ready(model_dir: Path) -> bool:
 
 def build_shape(shape: str, root: Path = BENCH_BUILD_DIR) -> ShapeArtifacts:
     """Build (or reuse) the three rung graphs of `shape`."""
-    from models import onnx_export
+    from models.export import onnx_export
 
     base = root / shape
     art = ShapeArtifacts(
@@ -122,13 +122,13 @@ def build_shape(shape: str, root: Path = BENCH_BUILD_DIR) -> ShapeArtifacts:
         fused_int8=DEFAULT_MODEL_DIR if shape == "minilm-l6" else base / "fused-int8",
     )
     if shape == "distilbert-base" and not _ready(art.fused_int8):
-        from models.checkpoint import build_speed_shape
+        from models.export.checkpoint import build_speed_shape
 
         log.info("building the fused int8 %s speed-shape model", shape)
         build_speed_shape(art.fused_int8, shape, DEFAULT_TOKENIZER)
     if _ready(art.raw_fp32) and _ready(art.raw_int8):
         return art
-    from models.checkpoint import scoring_module
+    from models.export.checkpoint import scoring_module
 
     module = scoring_module(torch_module(shape), "sigmoid").eval()
     for out_dir in (art.raw_fp32, art.raw_int8):

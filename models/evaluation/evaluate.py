@@ -1,10 +1,10 @@
 """Evaluate a model directory: every figure that models/REPORT.md states and the manifest keeps.
 
 Everything the report states is measured here, by one command (`python -m models evaluate`;
-`models.publish` writes it down): per-label and per-action precision/recall/F1 on the synthetic
-held-out split, the real test splits and the identity probe side by side with the teachers, int8
-vs fp32 agreement, sizes, latency at several lengths and thread counts, and tables of
-hand-written unseen chat.
+`models.reports.publish` writes it down): per-label and per-action precision/recall/F1 on the
+synthetic held-out split, the real test splits and the identity probe side by side with the
+teachers, int8 vs fp32 agreement, sizes, latency at several lengths and thread counts, and
+tables of hand-written unseen chat.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models import corpus, onnx_export, suite
-from models.metrics import f1_counts
-from models.realtext import Decide
+from models.evaluation import suite
+from models.evaluation.realtext import Decide
+from models.export import onnx_export
+from models.lines import corpus
+from models.training.metrics import f1_counts
 from moderator.classifier import Classifier
 from moderator.policy import DEFAULT_ACTIONS, Policy
 
@@ -230,7 +232,8 @@ def evaluate(model_dir: Path, *, latency_runs: int = 40) -> dict[str, Any]:
 
 def evaluate_real(classifiers: Mapping[str, Classifier], decide: Decide) -> dict[str, Any]:
     """Our model (each graph) and every teacher on the real test splits and identity probe."""
-    from models import realeval, realtext, teachers
+    from models.evaluation import realeval, realtext
+    from models.lines import teachers
 
     scorers: dict[str, realeval.Scorer] = {}
     for kind, model in classifiers.items():
@@ -321,7 +324,8 @@ def real_dev_gaps(
     """Each int8 candidate's largest gap to fp32 (`realeval.int8_gap`, the report's 1-point bar)
     on the real dev split, under the packaged policy: how quantization is chosen without
     looking at the test split."""
-    from models import realdata, realeval, realtext
+    from models.evaluation import realeval, realtext
+    from models.lines import realdata
 
     decide, _ = load_policy()
     info = onnx_export.candidate_info(labels, CANDIDATE_MAX_LENGTH)

@@ -1,9 +1,9 @@
 """Which int8 graph a model ships, judged by what it decides on the real dev split.
 
-Quantizing is export's work (`models.onnx_export`, `models.outliers`); choosing among the int8
-candidates, and checking a requantized model against its source, needs the real dev split and
-the packaged policy (`models.evaluate.real_dev_gaps`), so it stands above both. Never the test
-split: that one is the report's.
+Quantizing is export's work (`models.export.onnx_export`, `models.export.outliers`); choosing
+among the int8 candidates, and checking a requantized model against its source, needs the real
+dev split and the packaged policy (`evaluate.real_dev_gaps`), so it is evaluation's. Never the
+test split: that one is the report's.
 """
 
 from __future__ import annotations
@@ -15,13 +15,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from models import corpus, evaluate, onnx_export, outliers, train
+from models.evaluation import evaluate
+from models.export import onnx_export, outliers
 from models.files import sha256_file
+from models.lines import corpus
+from models.training import train
 
 # int8 candidates, in order of preference: (name, per-channel weights, outlier channels kept fp32
 # in each feed-forward down-projection, 0: the whole down-projection kept fp32). Split ones come
 # first: on an AVX-512 VNNI host they take 0.65x the kept-fp32 graph's CPU per message
-# (models/outliers.py). Quantizing the down-projections plainly, or SmoothQuant-ing them, was
+# (models/export/outliers.py). Quantizing the down-projections plainly, or SmoothQuant-ing them, was
 # tried and dropped: 6.2 points (plainly, a model of an earlier build, AVX-512 VNNI) and 2.8
 # (SmoothQuant, AVX2) of real-text dev gap to fp32, against 0.3-0.5 for the kept-fp32 ones.
 QUANT_CANDIDATES = (
@@ -128,5 +131,5 @@ def _requantized_text(source: str, channels: int) -> str:
         return onnx_export.quantization_text(True, channels)
     return source[: -len(kept)] + (
         f"feed-forward down-projections int8, per-channel, with their {channels} largest input"
-        " channels fp32 by models/outliers.py)"
+        " channels fp32 by models/export/outliers.py)"
     )

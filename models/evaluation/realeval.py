@@ -1,7 +1,7 @@
 """Our model and the teachers side by side on the real test splits and the identity probe.
 
 Every scorer is judged by its own verdict on the same lines: our model (fp32 and int8) by the
-default policy's action, a teacher by its published rule (`models.teachers.flagged`). The
+default policy's action, a teacher by its published rule (`models.lines.teachers.flagged`). The
 figures: benign flagged (and, for our model, blocked) per source, toxic recall per source and
 per family, ranking AUC, the insult comments' flag F1, the labelled research data's families
 (hateful caught, neutral talk about groups flagged, threats caught) per source and pooled, and
@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models import identity, realdata, realtext
-from models.realdata import Line
+from models.evaluation import realtext
+from models.lines import identity, realdata
+from models.lines.realdata import Line
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def model_scorer(
 
 def teacher_scorer(teacher: Any) -> Scorer:
     """A teacher: flagged by its own rule; its insult score if it has one, else toxicity."""
-    from models import teachers
+    from models.lines import teachers
 
     tox = teachers.OUR_LABELS.index("toxicity")
     ins = teachers.OUR_LABELS.index("insult")

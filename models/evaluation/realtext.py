@@ -3,7 +3,7 @@
 Pure functions over score matrices, so the same figures come out for our model (fp32 and int8),
 each teacher, and the identity probe. Actions for our model come from the policy itself
 (`moderator.policy.Policy.decide`); a teacher has no policy, so its verdict is its own
-published rule: flagged when its toxic score reaches 0.5 (see `models.teachers`).
+published rule: flagged when its toxic score reaches 0.5 (see `models.lines.teachers`).
 """
 
 from __future__ import annotations

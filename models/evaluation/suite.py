@@ -4,8 +4,8 @@ Our model is judged by what `moderator score` decides for a line (`verdicts.deci
 allow phrases, deny terms, the classifier, the default policy), so whatever the runtime adds on
 that path (long-message windows, language routing) is measured here without a second copy of
 it. A teacher, which has no policy, by its own rule as in the real-text section
-(`models.teachers.flagged`): its only verdict besides `allow` is `flag`. Flagged and caught mean
-any action but `allow` (issue 27).
+(`models.lines.teachers.flagged`): its only verdict besides `allow` is `flag`. Flagged and
+caught mean any action but `allow` (issue 27).
 
 - The suite, per category: caught % of the hateful ones, flagged % of the benign contrasts; per
   language, hostile lines not allowed and benign lines nudged or blocked (`review` is the right
@@ -15,9 +15,10 @@ any action but `allow` (issue 27).
 - Padding (b): long benign messages, held-out real chat lines joined to at least `MIN_CHARS`
   characters; % flagged.
 
-Ordinary chat is the chat-like test split of `models.realdata` (never trained on, never tuned
+Ordinary chat is the chat-like test split of `models.lines.realdata` (never trained on, never tuned
 on) minus every line any teacher flags: the padding should be text nobody would call hostile.
-Everything is seeded. `python -m models.suite [--model DIR]` prints the section for a model.
+Everything is seeded. `python -m models.evaluation.suite [--model DIR]` prints the section for a
+model.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def runtime_judge(classifier: Classifier, policy: Policy, batch: int = SCORE_BAT
 
 def teacher_judge(teacher: Any) -> Judge:
     """A teacher's verdict by its own rule, as the real-text section counts it."""
-    from models import teachers
+    from models.lines import teachers
 
     def judge(texts: Sequence[str]) -> list[Decision]:
         if not texts:
@@ -326,7 +327,7 @@ def padding_probes(
 
 def benign_pool(teachers_loaded: Sequence[Any]) -> list[str]:
     """Chat-like test-split lines (real, held out) that no teacher flags, in source order."""
-    from models import realdata
+    from models.lines import realdata
 
     lines = realdata.select(realdata.load(), "test", realdata.CHAT_LIKE)
     texts = [ln.text for ln in lines if not ln.toxic]
@@ -355,7 +356,7 @@ def in_training(cases: Sequence[Case], trained: Iterable[str]) -> dict[str, int]
 
 def trained_texts() -> list[str]:
     """Text the model trains on: the template corpus and the real train split."""
-    from models import corpus, realdata
+    from models.lines import corpus, realdata
 
     templates = [t for t, _ in corpus.read_tsv(corpus.TRAIN_FILE)]
     return templates + [ln.text for ln in realdata.load() if ln.split == "train"]
@@ -363,7 +364,7 @@ def trained_texts() -> list[str]:
 
 def measure(model_dir: Path, *, threads: int = 2) -> dict[str, Any]:
     """The suite (our model as the runtime decides, and every teacher) and the padding probes."""
-    from models import teachers
+    from models.lines import teachers
     from moderator.classifier import Classifier
     from moderator.policy import Policy
 
@@ -481,7 +482,7 @@ def render(suite: Mapping[str, Any] | None) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     from moderator.config import DEFAULT_MODEL_DIR
 
-    parser = argparse.ArgumentParser(prog="python -m models.suite", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m models.evaluation.suite", description=__doc__)
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR, help="model directory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from models import onnx_export
+from models.export import onnx_export
 
 logger = logging.getLogger(__name__)
 

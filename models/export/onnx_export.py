@@ -163,7 +163,7 @@ def ffn_down_projections(path: Path) -> list[str]:
 
 def down_projection_nodes(model: Any) -> list[Any]:
     """The fp32 MatMul nodes of an ONNX model that read a GELU's output (`ffn_down_projections`;
-    `models.outliers` splits them)."""
+    `models.export.outliers` splits them)."""
     producer = {out: node.op_type for node in model.graph.node for out in node.output}
     return [
         node
@@ -300,7 +300,7 @@ def export_model_dir(
 
 def quantization_text(per_channel: bool, channels: int) -> str:
     """The manifest's `quantization` text (`channels` 0: down-projections kept fp32; else the
-    split of `models.outliers`)."""
+    split of `models.export.outliers`)."""
     weights = "per-channel" if per_channel else "per-tensor"
     if not channels:
         return (
@@ -310,7 +310,7 @@ def quantization_text(per_channel: bool, channels: int) -> str:
     return (
         f"dynamic-int8 (QInt8 weights, {weights}, onnxruntime quantize_dynamic; feed-forward"
         f" down-projections int8 with their {channels} largest input channels fp32,"
-        " models/outliers.py)"
+        " models/export/outliers.py)"
     )
 
 
@@ -327,7 +327,7 @@ def write_manifest(
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write manifest.json for the int8 model.onnx in out_dir and return it (`outlier_channels`:
-    the down-projections' split, `models.outliers`; 0 when they were kept fp32)."""
+    the down-projections' split, `models.export.outliers`; 0 when they were kept fp32)."""
     sha = sha256_file(out_dir / MODEL_FILE)
     manifest: dict[str, Any] = {
         "name": name,

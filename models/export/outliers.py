@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from models.onnx_export import down_projection_nodes
+from models.export.onnx_export import down_projection_nodes
 
 if TYPE_CHECKING:
     from moderator.classifier import Classifier
@@ -168,7 +168,7 @@ def calibration_batches(
 
 def calibration_texts(limit: int = CALIBRATION_LINES, seed: int = 0) -> list[str]:
     """Real train-split lines (chat-like and toxic), a fixed sample: never dev or test."""
-    from models import realdata
+    from models.lines import realdata
 
     lines = realdata.select(realdata.load(), "train", realdata.CHAT_LIKE + realdata.TOXIC)
     rng = np.random.default_rng(seed)

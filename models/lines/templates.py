@@ -1,7 +1,7 @@
-"""Templates and word lists of the chat corpus (data, reviewable; see models/corpus.py).
+"""Templates and word lists of the chat corpus (data, reviewable; see models/lines/corpus.py).
 
 Each category is (number of lines to generate, [(template, labels), ...]); `{slot}` names refer
-to the word lists in W. `obscene` is added automatically by models.corpus for vulgar words, so
+to the word lists in W. `obscene` is added automatically by models.lines.corpus for vulgar words, so
 templates only carry the other labels. Write templates as real chat: lowercase, short.
 """
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from models import corpus
+from models.lines import corpus
 
 ENV = "MODELS_VERDICTS"  # the file, when `--verdicts` is not given
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from models import datasheet, evaluate, report
-from models.report import REPORT_FILE
+from models.evaluation import evaluate
+from models.reports import datasheet, report
+from models.reports.report import REPORT_FILE
 
 
 def run(model_dir: Path, report_file: Path = REPORT_FILE, latency_runs: int = 40) -> dict[str, Any]:

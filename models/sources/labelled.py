@@ -12,10 +12,10 @@ whitespace-collapsed and stripped, and de-duplicated by its normalised form (fir
 kept), so a statement that a source repeats (ToxiGen joins the same statements into many
 prompts) counts once.
 
-    python -m models.labelled prepare davidson=GIT_DIR toxigen=GIT_DIR ... [--out DIR]
+    python -m models.sources.labelled prepare davidson=GIT_DIR toxigen=GIT_DIR ... [--out DIR]
 
 Each source names its repository, commit, files and licence below; DATA.md says how each is
-used (trained on, or dev and test only, or test only), and `python -m models.realdata` counts
+used (trained on, or dev and test only, or test only), and `python -m models.lines.realdata` counts
 each one's lines per family and split.
 """
 
@@ -210,7 +210,7 @@ def read_rows(source: Labelled, directory: Path | None = None) -> list[dict[str,
             raise FileNotFoundError(
                 f"{path} is missing: the labelled data ({', '.join(SOURCES)}) are not in a"
                 f" package registry; see models/DATA.md for where they come from and"
-                f" `python -m models.labelled prepare` to make them (or set ${DATA_ENV})"
+                f" `python -m models.sources.labelled prepare` to make them (or set ${DATA_ENV})"
             )
     for path, pinned in ((tsv, source.sha256), (licence, source.licence_sha256)):
         actual = _sha256(path.read_bytes())
@@ -522,7 +522,7 @@ def prepare(name: str, git_dir: Path, out: Path) -> Path:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.labelled", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m models.sources.labelled", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="clean the datasets out of repository snapshots")
     prep.add_argument("snapshots", nargs="+", help="NAME=GIT_DIR, NAME among " + ", ".join(SOURCES))

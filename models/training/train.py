@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models import corpus
-from models.metrics import f1_counts
+from models.lines import corpus
+from models.training.metrics import f1_counts
 from moderator.normalize import normalize_text
 
 logger = logging.getLogger(__name__)

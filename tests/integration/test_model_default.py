@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import corpus, evaluate, onnx_export
-from models.quantization import QUANT_MAX_DEV_GAP_POINTS
+from models.evaluation import evaluate
+from models.evaluation.quantization import QUANT_MAX_DEV_GAP_POINTS
+from models.export import onnx_export
+from models.lines import corpus
 from moderator.config import DEFAULT_MODEL_DIR
 
 pytestmark = pytest.mark.integration

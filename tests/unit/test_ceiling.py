@@ -1,10 +1,11 @@
-"""The oracle threshold of models/ceiling.py: the lowest one that keeps both benign pools in."""
+"""The oracle threshold of models/reports/ceiling.py: the lowest one that keeps both benign
+pools in."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from models import ceiling
+from models.reports import ceiling
 
 
 def _f(*xs: float) -> np.ndarray:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from models import cli as models_cli
-from models import realdata
+from models.lines import realdata
 from models.subcommands import MODEL_EXTRA_MODULES
 from moderator.cli import main
 

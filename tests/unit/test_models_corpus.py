@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from models import corpus
+from models.lines import corpus
 from moderator.normalize import normalize_text
 
 
@@ -63,7 +63,7 @@ def test_obfuscation_keeps_words_recognisable_by_shape() -> None:
 
 
 def test_unseen_chat_lines_are_not_in_the_corpus() -> None:
-    from models.evaluate import read_unseen
+    from models.evaluation.evaluate import read_unseen
 
     corpus_keys = {
         _key(t) for p in (corpus.TRAIN_FILE, corpus.HELDOUT_FILE) for t, _ in corpus.read_tsv(p)
@@ -76,7 +76,7 @@ def test_unseen_chat_lines_are_not_in_the_corpus() -> None:
 
 
 def test_unseen_short_lines_are_not_in_the_corpus() -> None:
-    from models.evaluate import read_unseen
+    from models.evaluation.evaluate import read_unseen
 
     corpus_keys = {
         _key(t) for p in (corpus.TRAIN_FILE, corpus.HELDOUT_FILE) for t, _ in corpus.read_tsv(p)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import evaluate
-from models.metrics import f1_counts
+from models.evaluation import evaluate
+from models.training.metrics import f1_counts
 
 
 def test_f1_counts() -> None:

@@ -13,7 +13,8 @@ import pytest
 import torch  # the model extra; installed by `make install`
 import transformers
 
-from models import checkpoint, evaluate, onnx_export, outliers, quantization
+from models.evaluation import evaluate, quantization
+from models.export import checkpoint, onnx_export, outliers
 
 DETOXIFY = ["toxicity", "severe_toxicity", "obscene", "insult", "threat", "identity_attack"]
 
@@ -157,7 +158,7 @@ def test_choose_activation(labels: list[str], problem_type: str | None, expected
     assert onnx_export.choose_activation(labels, problem_type) == expected
 
 
-# The down-projection split (models/outliers.py) on the same export.
+# The down-projection split (models/export/outliers.py) on the same export.
 
 SPLIT_TEXTS = [
     "gg wp everyone",

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from models import corpus, labelled, realdata, realeval
+from models.evaluation import realeval
+from models.lines import corpus, realdata
+from models.sources import labelled
 from moderator.normalize import normalize_text
 
 LABELS = corpus.LABELS
@@ -252,7 +254,7 @@ def test_the_committed_or_shared_files_match_their_pins() -> None:
     """On the real files: counts, no duplicates, one split per line, a licence beside each."""
     folder = labelled.data_dir()
     if not all((folder / name / s.tsv).is_file() for name, s in labelled.SOURCES.items()):
-        pytest.skip(f"no labelled data in {folder} (see models/DATA.md and models/labelled.py)")
+        pytest.skip(f"no labelled data in {folder} (models/DATA.md, models/sources/labelled.py)")
     for name, source in labelled.SOURCES.items():
         rows = labelled.read_rows(source)  # checks both sha256s
         assert len(rows) == source.rows
@@ -275,7 +277,7 @@ def test_the_committed_or_shared_files_match_their_pins() -> None:
 
 
 def test_report_targets_judge_the_pooled_labelled_figures() -> None:
-    from models import report
+    from models.reports import report
 
     def rates(lines: int, flagged: float) -> dict[str, float]:
         return {"lines": lines, "flagged": flagged, "blocked": 0.0}

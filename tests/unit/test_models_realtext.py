@@ -8,7 +8,8 @@ from itertools import product
 import numpy as np
 import pytest
 
-from models import corpus, identity, realdata, realtext, teachers
+from models.evaluation import realtext
+from models.lines import corpus, identity, realdata, teachers
 from moderator.policy import Policy
 
 LABELS = corpus.LABELS
@@ -220,7 +221,7 @@ def test_tune_sends_nothing_to_review_when_the_review_limit_is_zero() -> None:
 
 
 def test_long_messages_are_as_rude_as_their_rudest_line() -> None:
-    from models import corpus
+    from models.lines import corpus
 
     zero = tuple(0.0 for _ in corpus.LABELS)
     insult = tuple(1.0 if lb in ("toxicity", "insult") else 0.0 for lb in corpus.LABELS)

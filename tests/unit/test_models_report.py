@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models import report
+from models.reports import report
 
 TUNING: dict[str, Any] = {
     "nudge": 0.75, "block": 0.98, "pairs_tried": 120, "policy_version": 6,

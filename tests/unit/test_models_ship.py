@@ -11,7 +11,7 @@ import onnx  # the model extra
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from models import ship
+from models.export import ship
 from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
 from moderator.policy import Policy

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from models import suite
-from models.suite import Case, Decision, Scorer
+from models.evaluation import suite
+from models.evaluation.suite import Case, Decision, Scorer
 from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
 from moderator.language import LanguageGate
@@ -199,7 +199,7 @@ def test_our_model_is_judged_as_moderator_score_decides(shipped: tuple[Classifie
 
 
 def test_a_teacher_is_judged_by_its_own_rule() -> None:
-    from models import teachers
+    from models.lines import teachers
 
     teacher = teachers.ProfanityCheck()
     texts = ["you are a fucking idiot", "see you at the match tonight"]

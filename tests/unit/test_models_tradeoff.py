@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch  # the model extra; installed by `make test`
 
-from models import corpus, tradeoff
+from models.lines import corpus
+from models.reports import tradeoff
 
 LABELS = corpus.LABELS
 TOX = LABELS.index("toxicity")

@@ -157,7 +157,7 @@ def test_json_null_means_no_threshold() -> None:
 
 
 def test_the_tuner_writes_a_policy_it_reads_back(tmp_path: Path) -> None:
-    from models import realtext, tuning
+    from models.evaluation import realtext, tuning
 
     table = realtext.thresholds(0.75, 0.95)
     table["threat"]["review"] = 0.6
@@ -375,7 +375,7 @@ def test_a_partial_policy_sets_a_review_threshold_over_the_default() -> None:
 
 
 def test_every_label_that_can_hurt_has_an_action_below_block_in_the_default_policy() -> None:
-    from models.realtext import HURTING_LABELS
+    from models.evaluation.realtext import HURTING_LABELS
 
     rules = {r.label: r.by_action for r in Policy.load().rules}
     for label in HURTING_LABELS:

@@ -8,7 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from models import corpus, datasheet, verdicts
+from models.lines import corpus, verdicts
+from models.reports import datasheet
 from moderator.classifier import ModelInfo
 from moderator.config import DEFAULT_MODEL_DIR
 from moderator.verdict_export import FLAGGED_LABEL, join, target, training_line
