@@ -46,7 +46,8 @@ from console.config import ConsoleSettings, token_matches
 from console.csrf import CsrfGuard, renew, session_token
 from console.feed import Feed
 from console.metrics import metrics
-from console.records import SCOPES, VERDICTS, Verdict, now_ms
+from console.overrides import OverrideDesk, Refused, verdict_scope
+from console.records import VERDICTS, Verdict, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,16 @@ class Pending:
 class Console:
     """The app's state and handlers."""
 
-    def __init__(self, settings: ConsoleSettings, board: Board, feed: Feed, claims: Claims) -> None:
+    def __init__(
+        self,
+        settings: ConsoleSettings,
+        board: Board,
+        feed: Feed,
+        claims: Claims,
+        overrides: OverrideDesk | None = None,
+    ) -> None:
         self.settings = settings
+        self.overrides = overrides  # the overrides list, revocations and the verdicts' audit
         self.logins = settings.logins()
         self.verifier = verifier_from(settings)
         self.board = board
@@ -224,7 +233,7 @@ class Console:
     async def verdict(self, request: Request) -> Response:
         async def handle(who: str, body: dict[str, Any]) -> Response:
             message_id = body["message_id"]
-            checked = self._checked(body)
+            checked = self._checked(body, who)
             if isinstance(checked, Response):
                 return checked
             if (gone := self._gone(message_id)) is not None:
@@ -232,7 +241,9 @@ class Console:
             claim = self.board.claims.get(message_id)
             if claim and claim["moderator_id"] != who and claim["until_ms"] > now_ms():
                 return JSONResponse({"error": "claimed", "claim": claim}, status_code=409)
-            verdict = Verdict(message_id, checked[0], who, checked[1], checked[2], now_ms())
+            at, expires_s = now_ms(), checked[3]
+            expires_at = at + expires_s * 1000 if expires_s is not None else None
+            verdict = Verdict(message_id, checked[0], who, checked[1], checked[2], at, expires_at)
             grace_ms = int(self.settings.undo_grace_s * 1000)
             lock = {**verdict._asdict(), "send_at_ms": verdict.at_ms + grace_ms}
             first = await self.claims.first_verdict(
@@ -285,6 +296,8 @@ class Console:
                         verdict.moderator_id, verdict.message_id)  # fmt: skip
             self.board.put_back(verdict.message_id)
             return self._sent(verdict, "lapsed", 409)
+        if self.overrides is not None:  # its audit entry, queued ahead of it
+            await self.overrides.audit_verdict(verdict)
         try:
             sent = await self.feed.send(verdict, self.settings.send_timeout_s)
         except KafkaError as exc:
@@ -310,15 +323,20 @@ class Console:
                 pending.task.cancel()
         await asyncio.gather(*(self._release(p) for p in held_back), return_exceptions=True)
 
-    def _checked(self, body: dict[str, Any]) -> tuple[str, str | None, str] | Response:
-        """(verdict, reason, scope) of a verdict post, or the 400 answer."""
-        verdict, reason, scope = body.get("verdict"), body.get("reason"), body.get("scope")
-        scope = scope or "global"
-        if verdict not in VERDICTS or scope not in SCOPES:
-            return JSONResponse({"error": f"verdict: {VERDICTS}, scope: {SCOPES}"}, 400)
+    def _checked(
+        self, body: dict[str, Any], who: str
+    ) -> tuple[str, str | None, str, int | None] | Response:
+        """(verdict, reason, scope, override expiry in s) of `who`'s verdict post, or the 400
+        answer (403: a global scope from a moderator without the role, console/overrides.py)."""
+        verdict, reason = body.get("verdict"), body.get("reason")
+        scope = verdict_scope(body, who, self.settings.global_moderator_ids())
+        if isinstance(scope, Refused):
+            return JSONResponse({"error": scope.error}, status_code=scope.status)
+        if verdict not in VERDICTS:
+            return JSONResponse({"error": f"verdict: {VERDICTS}"}, 400)
         if reason is not None and not isinstance(reason, str):
             return JSONResponse({"error": "reason: a string"}, status_code=400)
-        return verdict, (reason or "").strip()[:500] or None, scope
+        return verdict, (reason or "").strip()[:500] or None, *scope
 
     # -- background ----------------------------------------------------------------------------
 
@@ -334,18 +352,29 @@ class Console:
             await asyncio.sleep(TICK_S)
 
 
-def create_app(settings: ConsoleSettings, board: Board, feed: Feed, claims: Claims) -> Starlette:
-    console = Console(settings, board, feed, claims)
+def create_app(
+    settings: ConsoleSettings,
+    board: Board,
+    feed: Feed,
+    claims: Claims,
+    overrides: OverrideDesk | None = None,
+) -> Starlette:
+    console = Console(settings, board, feed, claims, overrides)
+    own = overrides.routes(console.identity) if overrides is not None else []
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await feed.start()
+        if overrides is not None:
+            await overrides.start()
         ticker = asyncio.create_task(console.tick(), name="console-tick")
         try:
             yield
         finally:
             ticker.cancel()
             await console.flush()
+            if overrides is not None:
+                await overrides.stop()
             await feed.stop()
             await claims.close()
 
@@ -361,6 +390,7 @@ def create_app(settings: ConsoleSettings, board: Board, feed: Feed, claims: Clai
             Route("/api/claim", console.claim, methods=["POST"]),
             Route("/api/verdict", console.verdict, methods=["POST"]),
             Route("/api/undo", console.undo, methods=["POST"]),
+            *own,  # /api/overrides: the list, and revoking one
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
         ],
         middleware=[

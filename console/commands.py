@@ -14,7 +14,8 @@ from moderator.errors import ConfigError
 from moderator.redaction import protect
 
 # What the console reads of the moderator's settings: Kafka, Redis (claims) and the loop's topics.
-MODERATOR_SETTINGS = (*KAFKA_CONNECTION, "review_topic", "verdict_topic", "out_topic", "redis_url")
+MODERATOR_SETTINGS = (*KAFKA_CONNECTION, "review_topic", "verdict_topic", "out_topic", "redis_url",
+                      "override_topic", "audit_topic")  # fmt: skip
 EXTRA_MODULES = ("starlette", "uvicorn", "sse_starlette", "itsdangerous", "multipart", "jwt",
                  "cryptography")  # fmt: skip
 EXTRA_HINT = "pip install . './tools[console]'"
@@ -63,6 +64,7 @@ async def serve(settings: Settings, console: Any) -> int:
     from console.board import Board
     from console.claims import Claims
     from console.feed import Feed
+    from console.overrides import OverrideDesk
 
     board = Board(undo_grace_s=console.undo_grace_s, overview_minutes=console.overview_minutes)
     feed = Feed(
@@ -72,11 +74,17 @@ async def serve(settings: Settings, console: Any) -> int:
         verdict_topic=settings.verdict_topic,
         decision_topic=settings.out_topic,
     )
+    overrides = OverrideDesk(
+        board, feed, settings.kafka_options(), override_topic=settings.override_topic,
+        audit_topic=settings.audit_topic, global_moderators=console.global_moderator_ids(),
+        send_timeout_s=console.send_timeout_s,
+    )  # fmt: skip
     app = create_app(
         console,
         board,
         feed,
         Claims(settings.redis_url, console.claim_ttl_s, verdict_topic=settings.verdict_topic),
+        overrides,
     )
     config = uvicorn.Config(
         app,

@@ -35,6 +35,11 @@ class ConsoleSettings:
     claim_ttl_s: float = 300.0
     overview_minutes: int = 15
     send_timeout_s: float = 5.0
+    global_moderators: str = ""
+
+    def global_moderator_ids(self) -> frozenset[str]:
+        """The moderators who may make and revoke global overrides (console/overrides.py)."""
+        return frozenset(filter(None, (m.strip() for m in self.global_moderators.split(","))))
 
     def logins(self) -> dict[str, str]:
         """token -> moderator id, from `tokens` (`id:token,id:token`) and `tokens_file` (one
@@ -138,6 +143,8 @@ HELP = {
     "claim_ttl_s": "seconds a claim lasts unless renewed",
     "overview_minutes": "minutes of decisions the overview covers",
     "send_timeout_s": "seconds a verdict waits for the broker before the page is told 'queued'",
+    "global_moderators": "moderator ids, comma-separated, who may make and revoke overrides "
+    "for every channel (a verdict's scope global); nobody else may",
 }
 
 

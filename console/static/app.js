@@ -99,15 +99,9 @@ function card(item) {
   const reason = el("input", "reason");
   reason.placeholder = "reason (optional)";
   reason.maxLength = 500;
-  const scope = el("select", "scope");
-  for (const value of ["global", "channel"]) {
-    const option = el("option", "", value === "global" ? "everywhere" : "this channel");
-    option.value = value;
-    scope.append(option);
-  }
   const claim = el("button", "claim-button", "Claim");
   claim.addEventListener("click", () => claimItem(item.message_id));
-  actions.append(claim, reason, scope);
+  actions.append(claim, reason, ...overrideControls());
   for (const verdict of VERDICTS) {
     const button = el("button", `verdict verdict-${verdict}`, verdict);
     button.addEventListener("click", () => decide(item.message_id, verdict));
@@ -276,9 +270,10 @@ async function decide(id, verdict) {
   const li = document.querySelector(`#queue li[data-message-id="${CSS.escape(id)}"]`);
   if (!li) return;
   const reason = li.querySelector(".reason").value;
-  const scope = li.querySelector(".scope").value;
+  const override = overrideFields(li, verdict);
+  if (!override) return;
   for (const button of li.querySelectorAll("button.verdict")) button.disabled = true;
-  const { status, data } = await post("/api/verdict", { message_id: id, verdict, reason, scope });
+  const { status, data } = await post("/api/verdict", { message_id: id, verdict, reason, ...override });
   for (const button of li.querySelectorAll("button.verdict")) button.disabled = false;
   if (status === 200 && data.pending) {
     offerUndo(id, verdict, data.send_at_ms);
@@ -434,10 +429,97 @@ function connect() {
   });
   on("verdict", addHistory);
   on("sent", sent);
+  on("overrides", loadOverrides);
   on("status", (s) => { state.status = s; showStatus(); });
   on("overview", (o) => { showOverview(o); refresh(); });
   source.onopen = () => { state.stream = "open"; showStatus(); };
   source.onerror = () => { state.stream = "reconnecting"; showStatus(); };
+}
+
+// -- overrides: scope, expiry, the list, revoking ---------------------------------------------
+// A verdict overrides the same text in its message's channel; "everywhere" is offered only to the
+// moderators the console names (the server refuses it from anyone else) and is sent only after a
+// confirmation that says what it does.
+
+const EXPIRIES = [["", "no expiry"], [3600, "for 1 hour"], [86400, "for 1 day"],
+  [7 * 86400, "for 7 days"], [30 * 86400, "for 30 days"]];
+
+function scopeOption(value) {
+  const option = el("option", "", value === "global" ? "every channel" : "this channel");
+  option.value = value;
+  return option;
+}
+
+function overrideControls() {
+  const scope = el("select", "scope");
+  scope.title = "where the same text is decided this way from now on";
+  scope.append(scopeOption("channel"));
+  if (state.mayGlobal) scope.append(scopeOption("global"));
+  const expiry = el("select", "expiry");
+  expiry.title = "how long that lasts";
+  for (const [seconds, label] of EXPIRIES) {
+    const option = el("option", "", label);
+    option.value = String(seconds);
+    expiry.append(option);
+  }
+  return [scope, expiry];
+}
+
+// The verdict's scope and expiry; null when the moderator declines the global confirmation.
+function overrideFields(li, verdict) {
+  const scope = li.querySelector(".scope").value;
+  const seconds = li.querySelector(".expiry").value;
+  const fields = { scope, expires_in_s: seconds ? Number(seconds) : null };
+  if (scope !== "global") return fields;
+  const text = li.querySelector(".held .text").textContent;
+  const ok = window.confirm(`Every channel: from now on, "${text}" is decided "${verdict}" ` +
+    "in EVERY channel of the platform, for every user, without the model, until an override " +
+    "is revoked. Make this a global override?");
+  return ok ? { ...fields, confirm_global: true } : null;
+}
+
+async function loadOverrides() {
+  const response = await fetch("/api/overrides", { credentials: "same-origin" });
+  if (!response.ok) return;
+  const data = await response.json();
+  if (data.may_global && !state.mayGlobal) {
+    for (const select of document.querySelectorAll("#queue .scope")) {
+      select.append(scopeOption("global"));
+    }
+  }
+  state.mayGlobal = data.may_global;
+  showOverrides(data.overrides);
+}
+
+function showOverrides(overrides) {
+  const rows = overrides.map((o) => {
+    const row = el("tr", `scope-${o.scope}`);
+    row.dataset.key = o.key;
+    const digest = el("td", "digest", `${o.digest.slice(0, 12)}…`);
+    digest.title = `digest ${o.digest} (the text's, normalised), from message ${o.message_id}`;
+    const revoke = el("button", "revoke", "Revoke");
+    revoke.disabled = o.scope === "global" && !state.mayGlobal;
+    revoke.addEventListener("click", () => revokeOverride(o));
+    const act = el("td");
+    act.append(revoke);
+    row.append(digest, el("td", "", o.scope === "global" ? "every channel" : `#${o.channel_id}`),
+      el("td", `verdict-${o.action}`, o.action), el("td", "", o.moderator_id),
+      el("td", "", new Date(o.at_ms).toLocaleString()),
+      el("td", "", o.expires_at_ms ? new Date(o.expires_at_ms).toLocaleString() : "never"), act);
+    return row;
+  });
+  $("#overrides tbody").replaceChildren(...rows);
+  $("#no-overrides").hidden = rows.length > 0;
+}
+
+async function revokeOverride(o) {
+  const where = o.scope === "global" ? "every channel" : `#${o.channel_id}`;
+  if (!window.confirm(`Revoke ${o.moderator_id}'s "${o.action}" override in ${where}? ` +
+    "The model decides that text again.")) return;
+  const { status, data } = await post("/api/overrides/revoke", { key: o.key });
+  if (status === 200) toast(`override in ${where} revoked: the model decides that text again`, "info");
+  else toast(`not revoked: ${data.error || status}`, "error");
+  loadOverrides();
 }
 
 // -- keys, login, start ------------------------------------------------------------------------
@@ -484,6 +566,7 @@ async function boot() {
   $("#console").hidden = false;
   showStatus();
   connect();
+  loadOverrides();
   setInterval(refresh, 1000);
 }
 

@@ -126,7 +126,7 @@ def test_a_held_message_appears_live_a_click_sends_the_verdict_and_it_leaves_eve
         assert verdict["message_id"] == "m-held"
         assert (verdict["verdict"], verdict["moderator_id"]) == ("block", "alice")
         assert verdict["reason"] == "threat against a streamer"
-        assert verdict["scope"] == "global"
+        assert verdict["scope"] == "channel"  # the page's default: this channel only
         assert isinstance(verdict["at_ms"], int)
 
         # It left both pages at the click (held back for the grace, then on the topic); the
