@@ -19,7 +19,7 @@ MODEL_EXTRAS := model
 BENCH_EXTRAS := dev,model,plot
 MUTATION_EXTRAS := dev,test,mutation
 
-.PHONY: help install redis stunnel chromium promtool model demo test test-unit lint typecheck alerts manifests check mutation bench chaos report tradeoff clean
+.PHONY: help install redis stunnel chromium promtool model demo test test-unit lint typecheck alerts manifests check mutation bench chaos report tradeoff screenshots clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -80,6 +80,12 @@ test-unit: $(VENV)/.extras-$(TEST_EXTRAS)  ## the unit tests: no servers, under 
 
 test: test-unit redis stunnel chromium examples  ## the whole test suite: the unit tests, then the integration tests (their own broker and Redis)
 	$(BIN)/pytest tests/integration
+
+# The browser tests write their screenshots to build/screenshots/ (a test run leaves the tree clean).
+screenshots: $(VENV)/.extras-$(TEST_EXTRAS) redis chromium  ## the console's browser tests, then their screenshots copied to docs/ (the README's)
+	rm -rf build/screenshots
+	$(BIN)/pytest tests/integration/test_console.py
+	cp build/screenshots/*.png docs/
 
 # MODELS_VERDICTS=FILE (`moderator verdicts export`'s): the moderators' verdicts, a train split.
 model: $(VENV)/.extras-$(MODEL_EXTRAS)  ## rebuild the default model, show how it differs, ship it to moderator/default_model/
