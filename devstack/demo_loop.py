@@ -1,7 +1,8 @@
 """The moderation loop in `moderator demo`: a share of the demo's chat is held for review, a
 scripted moderator (devstack/reviewer.py, in the demo's process) answers two held messages in
-three with a verdict and leaves the third to its timeout, a verdict's text is sent again in
-another channel to show the override it became, and the summary says what the loop did, as the
+three with a verdict and leaves the third to its timeout, a verdict's text is sent again in its
+channel and in another to show the override it became (its channel's only: a verdict names no
+scope, and the default is the channel), and the summary says what the loop did, as the
 moderator's own /metrics count it.
 
 Escalation by user: the demo's policy counts strikes (`[users]`, a short mute) and denies a
@@ -70,11 +71,14 @@ def rule(n: int, review: dict[str, Any]) -> list[Answer]:
 
 @dataclass(frozen=True)
 class Repeat:
-    """A verdict's text sent again in another channel, and the decision it got (None: none)."""
+    """A verdict's text sent again in its own channel and in another, and the decisions they got
+    (None: none in time)."""
 
     text: str
     verdict: str
-    decision: dict[str, Any] | None
+    decision: dict[str, Any] | None  # in the held message's channel: the override decides
+    elsewhere: dict[str, Any] | None = None  # in OVERRIDE_CHANNEL: the override does not apply
+    channel: str = "?"
 
 
 def reviewer(bootstrap: str) -> Reviewer:
@@ -117,15 +121,18 @@ class Chat:
 
 
 async def repeat_a_verdict(bootstrap: str, desk: Reviewer) -> Repeat | None:
-    """Send the text of the first held message a verdict decided again, in another channel, and
-    read its decision: the verdict's override decides it (reason `override`), not the model."""
+    """Send the text of the first held message a verdict decided again, in its channel and in
+    another, and read their decisions: in its channel the verdict's override decides it (reason
+    `override`), not the model; elsewhere it does not (the verdict's scope is its channel)."""
     sent = next((s for s in desk.sent if s.first), None)
     if sent is None:
         return None
-    text = desk.held[sent.message_id]["text"]
+    held = desk.held[sent.message_id]
+    text, channel = held["text"], str(held.get("channel_id", "?"))
     async with Chat(bootstrap) as chat:
-        decision = await chat.say(OVERRIDE_CHANNEL, "demo-user", text)
-    return Repeat(text, sent.verdict, decision)
+        decision = await chat.say(channel, "demo-user", text)
+        elsewhere = await chat.say(OVERRIDE_CHANNEL, "demo-user", text)
+    return Repeat(text, sent.verdict, decision, elsewhere, channel)
 
 
 @dataclass(frozen=True)
@@ -221,11 +228,15 @@ def report(
 def _repeat_line(repeat: Repeat | None) -> str:
     if repeat is None:
         return "no verdict was applied, so no override to show"
-    said = f'"{repeat.text}" (verdict {repeat.verdict}) sent again in channel {OVERRIDE_CHANNEL}'
-    d = repeat.decision
-    if d is None:
-        return f"{said}: no decision within {OVERRIDE_WAIT_S:g} s"
-    return f"{said}: {d.get('action')}, reason {d.get('reason')}"
+
+    def got(d: dict[str, Any] | None) -> str:
+        if d is None:
+            return f"no decision within {OVERRIDE_WAIT_S:g} s"
+        return f"{d.get('action')}, reason {d.get('reason')}"
+
+    said = f'"{repeat.text}" (verdict {repeat.verdict}) sent again'
+    return (f"{said} in its channel {repeat.channel}: {got(repeat.decision)}; in "
+            f"{OVERRIDE_CHANNEL}: {got(repeat.elsewhere)}")  # fmt: skip
 
 
 def escalation(samples: Samples, lines: Sequence[Line]) -> list[str]:

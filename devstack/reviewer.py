@@ -25,6 +25,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 
 from loadgen.kafka import assign_at_end
+from moderator.records import DEFAULT_SCOPE
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,13 @@ DELIVERY_TIMEOUT_S = 30.0
 
 
 class Answer(NamedTuple):
-    """One verdict to give: `verdict` (allow, nudge, block) by `moderator_id`."""
+    """One verdict to give: `verdict` (allow, nudge, block) by `moderator_id`, its override for
+    the held message's channel only unless `scope` says `global` (as a moderator's tool should:
+    one verdict is not a platform-wide rule)."""
 
     verdict: str
     moderator_id: str
+    scope: str = DEFAULT_SCOPE
 
 
 class Sent(NamedTuple):
@@ -128,7 +132,7 @@ class Reviewer:
 
     async def _send(self, message_id: str, answer: Answer, *, first: bool) -> None:
         value = orjson.dumps({"message_id": message_id, "verdict": answer.verdict,
-                              "moderator_id": answer.moderator_id,
+                              "moderator_id": answer.moderator_id, "scope": answer.scope,
                               "at_ms": int(time.time() * 1000)})  # fmt: skip
         error = await asyncio.to_thread(self._produce, message_id.encode(), value)
         if error is not None:

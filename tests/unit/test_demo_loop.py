@@ -59,13 +59,19 @@ def test_the_report_counts_held_verdicts_finals_and_timeouts_and_shows_the_overr
     desk.held = {"m-1": {"text": "hola"}, "m-2": {"text": "salut"}, "m-3": {"text": "ciao"}}
     desk.sent = [Sent("m-1", "block", demo_loop.MODERATOR_ID, True, 1.0),
                  Sent("m-2", "allow", demo_loop.MODERATOR_ID, True, 2.0)]  # fmt: skip
-    repeat = demo_loop.Repeat("hola", "block", {"action": "block", "reason": "override"})
+    elsewhere = {"action": "review", "reason": "unsupported_language:es"}
+    repeat = demo_loop.Repeat(
+        "hola", "block", {"action": "block", "reason": "override"}, elsewhere, "c-es"
+    )
     text = demo_loop.report(metrics(held=3, timeouts=1, applied=2), desk, repeat)
     lines = {line.split()[0]: line for line in text.splitlines()[1:]}
     assert "held for review 3" in lines["held"]
     assert "2 sent, 2 applied (late 0, not held 0, invalid 0)" in lines["verdicts"]
     assert "final decisions 3: 2 by a verdict, 1 timed out" in lines["final"]
-    assert lines["override"].endswith("block, reason override")
+    assert "in its channel c-es: block, reason override;" in lines["override"]
+    assert lines["override"].endswith(
+        f"in {demo_loop.OVERRIDE_CHANNEL}: review, reason unsupported_language:es"
+    ), "a verdict's override is its channel's only"
     assert "escalation" in lines
     assert "0 decisions escalated, 0 muted" in lines["user"]
 
