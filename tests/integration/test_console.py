@@ -198,8 +198,11 @@ def test_the_keys_act_only_on_the_selected_card_and_only_while_it_is_in_view(
         review_record(m, f"held message number {i}", held_at_ms=now - 60_000 + i * 1000)
         for i, m in enumerate(queue)
     ])  # fmt: skip
+    waiting = "30 waiting"
+    with logged_in(console, "bob") as bob:  # the console holds all 30 before alice logs in
+        wait_for(bob, lambda b: waiting in b.find_element(By.ID, "counts").text, "all 30")
     with logged_in(console, "alice") as alice:
-        wait_for(alice, lambda b: "30 waiting" in b.find_element(By.ID, "counts").text, "all 30")
+        wait_for(alice, lambda b: waiting in b.find_element(By.ID, "counts").text, "all 30")
         page_px, window_px = alice.execute_script(
             "return [document.documentElement.scrollHeight, window.innerHeight]"
         )
