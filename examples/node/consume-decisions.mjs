@@ -73,6 +73,17 @@ class Chat {
   }
 }
 
+/** The decision in a record's value, or null for anything else on the topic. */
+function readDecision(value) {
+  let decision = null;
+  try {
+    decision = JSON.parse(value?.toString() ?? '');
+  } catch {
+    return null;
+  }
+  return typeof decision?.message_id === 'string' ? decision : null;
+}
+
 // kafkajs logs to stdout by default: its warnings go to stderr here, stdout is the chat's.
 const toStderr = () => ({ namespace, log }) =>
   process.stderr.write(`kafkajs ${namespace}: ${log.message}\n`);
@@ -82,7 +93,7 @@ async function main() {
     options: {
       bootstrap: { type: 'string', default: '127.0.0.1:9092' },
       topic: { type: 'string', default: 'chat.decisions' },
-      group: { type: 'string', default: 'chat-service' },
+      group: { type: 'string', default: 'chat-service-node' }, // a group's members share one client
       'max-messages': { type: 'string', default: '0' }, // stop after this many, once none is held
       timeout: { type: 'string', default: '0' }, // stop after this many seconds
     },
@@ -118,7 +129,9 @@ async function main() {
     eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
       for (const message of batch.messages) {
         if (stopping || !isRunning() || isStale()) break;
-        chat.onDecision(JSON.parse(message.value.toString()));
+        const decision = readDecision(message.value);
+        if (decision) chat.onDecision(decision);
+        else process.stderr.write(`not a decision at offset ${message.offset}: skipped\n`);
         resolveOffset(message.offset);
         read += 1;
         tick();
@@ -128,7 +141,7 @@ async function main() {
   });
   const ticker = setInterval(tick, TICK_MS);
   const timer = timeoutS > 0 && setTimeout(() => {
-    process.stderr.write(`stopped after ${timeoutS} s: ${read} decisions read\n`);
+    process.stderr.write(`stopped after ${timeoutS} s: ${read} records read\n`);
     finish(maxMessages > 0 ? 1 : 0);
   }, timeoutS * 1000);
   process.once('SIGINT', () => finish(130));

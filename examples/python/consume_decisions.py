@@ -85,6 +85,16 @@ class Chat:
             print(f"{shown} {message_id} {why}", flush=True)
 
 
+def read_decision(value: bytes | None) -> dict[str, Any] | None:
+    """The decision in a record's value, or None for anything else on the topic."""
+    try:
+        decision = json.loads(value or b"")
+    except ValueError:
+        return None
+    is_decision = isinstance(decision, dict) and isinstance(decision.get("message_id"), str)
+    return decision if is_decision else None
+
+
 def run(args: argparse.Namespace) -> int:
     consumer = Consumer(
         {
@@ -102,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         while not (args.max_messages and read >= args.max_messages and not chat.held):
             if deadline is not None and time.monotonic() >= deadline:
-                print(f"stopped after {args.timeout} s: {read} decisions read", file=sys.stderr)
+                print(f"stopped after {args.timeout} s: {read} records read", file=sys.stderr)
                 return 1 if args.max_messages else 0
             record = consumer.poll(POLL_S)
             error = record.error() if record is not None else None
@@ -111,7 +121,11 @@ def run(args: argparse.Namespace) -> int:
                     raise KafkaException(error)
                 print(f"kafka: {error}", file=sys.stderr)  # the client retries by itself
             elif record is not None:
-                chat.on_decision(json.loads(record.value() or b"null"))
+                decision = read_decision(record.value())
+                if decision is not None:
+                    chat.on_decision(decision)
+                else:
+                    print(f"not a decision at offset {record.offset()}: skipped", file=sys.stderr)
                 consumer.store_offsets(message=record)
                 read += 1
             chat.on_clock(int(time.time() * 1000))
@@ -124,7 +138,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="A chat service reading moderation decisions.")
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--topic", default="chat.decisions")
-    parser.add_argument("--group", default="chat-service")
+    parser.add_argument("--group", default="chat-service-python")
     parser.add_argument(
         "--max-messages", type=int, default=0, help="stop after this many, once none is held"
     )

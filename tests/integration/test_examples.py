@@ -98,6 +98,7 @@ async def test_an_example_consumer_holds_a_review_until_its_final_decision_or_fa
     records, expected = scenario(int(time.time() * 1000))
     for value in records:
         check_decision(orjson.loads(value))
+    records.insert(3, b"not a decision")  # skipped, with a line on stderr
     await produce(kafka.bootstrap, topic, [(b"c-1", value) for value in records])
     proc = await asyncio.create_subprocess_exec(
         *command(language, kafka.bootstrap, topic, len(records)),
