@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,14 +31,14 @@ LAYER = {name: floor for floor, names in enumerate(LAYERS) for name in names}
 
 
 def module_files(package: Path = PACKAGE) -> dict[str, Path]:
-    """`models.x.y` → its file, for every module and subpackage (build output left out)."""
+    """`models.x.y` → its file, for every module and subpackage (not walking into models/build/,
+    the git-ignored build output, which can hold a whole environment's packages)."""
     found: dict[str, Path] = {}
-    for path in package.rglob("*.py"):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        if "build" in parts or "__pycache__" in parts:
-            continue
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found[name] = path
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d not in ("build", "__pycache__")]
+        for path in (Path(folder) / f for f in files if f.endswith(".py")):
+            parts = path.relative_to(package.parent).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
