@@ -157,6 +157,27 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """,
     )
     lst.add_argument("--text", help="only the overrides for this text (its normalised digest)")
+    rm, exp = _writers(ovr_sub)
+    trail = command(
+        ovr_sub,
+        "audit",
+        "the audit trail: " + ", ".join(AUDIT_COLUMNS),
+        """
+        moderator override audit
+        moderator override audit | grep override_revoked
+    """,
+    )
+    for cmd, name in ((lst, "list"), (rm, "delete"), (exp, "expire"), (trail, "audit")):
+        add_setting_flags(cmd, SETTINGS[name])
+        log_flags(cmd, argparse.SUPPRESS)
+        cmd.set_defaults(command=_cmd_override, action=name)
+
+
+def _writers(
+    ovr_sub: argparse._SubParsersAction[Any],
+) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """`override delete` and `override expire`: an override named by digest or text, and who
+    acts, for the audit trail."""
     rm = command(
         ovr_sub,
         "delete",
@@ -190,19 +211,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
             default=getpass.getuser(),
             help="who does it, for the audit trail (default: login name)",
         )
-    trail = command(
-        ovr_sub,
-        "audit",
-        "the audit trail: " + ", ".join(AUDIT_COLUMNS),
-        """
-        moderator override audit
-        moderator override audit | grep override_revoked
-    """,
-    )
-    for cmd, name in ((lst, "list"), (rm, "delete"), (exp, "expire"), (trail, "audit")):
-        add_setting_flags(cmd, SETTINGS[name])
-        log_flags(cmd, argparse.SUPPRESS)
-        cmd.set_defaults(command=_cmd_override, action=name)
+    return rm, exp
 
 
 def _cmd_override(args: argparse.Namespace) -> int:
