@@ -38,8 +38,8 @@ def verdict(**fields: Any) -> bytes:
 def test_a_verdict_is_parsed_with_its_defaults() -> None:
     assert parse_verdict(verdict(), max_bytes=1000) == Verdict("m-1", "block", "mod-1", None,
                                                                "channel", 5)  # fmt: skip
-    got = parse_verdict(verdict(scope="channel", reason="a threat", extra=1), max_bytes=1000)
-    assert (got.scope, got.reason) == ("channel", "a threat")
+    got = parse_verdict(verdict(scope="global", reason="a threat", extra=1), max_bytes=1000)
+    assert (got.scope, got.reason) == ("global", "a threat")
 
 
 @pytest.mark.parametrize(
