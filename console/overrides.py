@@ -231,7 +231,8 @@ class OverrideDesk:
 
     async def audit_verdict(self, verdict: Verdict) -> None:
         """Queue the verdict's audit entry in the producer that sends the verdict next, so it
-        is ahead of it; its delivery is watched (a failure is logged, never silent)."""
+        is ahead of it; its delivery is watched (a failure is logged, never silent). A verdict
+        is not held back for its entry: the verdict topic records it too."""
         producer = self.feed.producer
         if not self.audit_topic or producer is None:
             return
@@ -239,10 +240,13 @@ class OverrideDesk:
                             at_ms=wall_ms(), verdict=verdict._asdict(),
                             confirmed_global=verdict.scope == "global")  # fmt: skip
         try:
-            sent = await producer.send(
-                self.audit_topic, orjson.dumps(entry), key=verdict.message_id.encode()
+            sent = await asyncio.wait_for(
+                producer.send(
+                    self.audit_topic, orjson.dumps(entry), key=verdict.message_id.encode()
+                ),
+                self.send_timeout_s,
             )
-        except KafkaError as exc:
+        except (KafkaError, TimeoutError) as exc:
             log.error("console: the audit entry of %s was not queued: %r", verdict.message_id, exc)
             return
         self._auditing.add(sent)

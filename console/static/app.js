@@ -567,6 +567,7 @@ async function boot() {
   showStatus();
   connect();
   loadOverrides();
+  setInterval(loadOverrides, 30000); // an override that expired meanwhile leaves the list
   setInterval(refresh, 1000);
 }
 

@@ -24,16 +24,34 @@ from urllib.request import HTTPCookieProcessor, Request, build_opener
 
 import orjson
 import pytest
+from confluent_kafka import Producer
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import Select
 
-from devstack.embedded import EmbeddedRedis
+from devstack.embedded import EmbeddedKafka, EmbeddedRedis
+from moderator import loop
 from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.overrides import Overrides
+from moderator.overrides import Override, Overrides, text_digest
 from moderator.policy import read_spec
 from moderator.service import Moderator
+from moderator.topics import ensure_topics
 from tests.contract import validator
-from tests.integration.console_browser import TOKENS, Topics, console_process
-from tests.integration.kafka_io import consume, produce
+from tests.integration.console_browser import (
+    TOKENS,
+    Topics,
+    card,
+    console_process,
+    logged_in,
+    produce,
+    read_until,
+    review_record,
+    wait_for,
+)
+from tests.integration.kafka_io import consume
+from tests.integration.kafka_io import produce as produce_async
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -88,7 +106,7 @@ class Loop:
         """Send one chat message; its first decision."""
         value = {"message_id": f"m-{i}", "channel_id": channel, "user_id": "u-1", "text": text,
                  "sent_at_ms": int(time.time() * 1000)}  # fmt: skip
-        await produce(self.settings.kafka_bootstrap, self.settings.in_topic,
+        await produce_async(self.settings.kafka_bootstrap, self.settings.in_topic,
                       [(channel.encode(), orjson.dumps(value))])  # fmt: skip
 
         def decided(records: list[Any]) -> bool:
@@ -299,3 +317,81 @@ async def test_an_override_revoked_in_the_console_or_expired_stops_applying_and_
         ["alice", "console", "verdict"], ["bob", "console", "override_revoked"],
         ["alice", "console", "verdict"], ["carol", "cli", "override_expiry"],
     ]  # fmt: skip
+
+
+def produce_overrides(bootstrap: str, topic: str, overrides: list[Override]) -> None:
+    """Overrides as the moderators write them, with the stock client."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for o in overrides:
+        producer.produce(topic, o.encode(), key=o.key.encode())
+    assert producer.flush(30) == 0, "the broker did not take the overrides"
+
+
+def scopes(browser: WebDriver, message_id: str) -> list[str]:
+    shown = card(browser, message_id)
+    return [o.get_attribute("value") for o in shown.find_elements(By.CSS_SELECTOR, ".scope option")]
+
+
+def test_the_page_offers_every_channel_only_to_named_moderators_and_asks_first(
+    kafka: EmbeddedKafka, redis_server: EmbeddedRedis, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    topics, override_topic, audit_topic = (
+        Topics.fresh(),
+        f"chat.overrides.{run}",
+        f"chat.audit.{run}",
+    )
+    loop.run(ensure_topics(kafka.bootstrap, {topics.review: 2, topics.verdicts: 2,
+                                             topics.decisions: 2, override_topic: 1}))  # fmt: skip
+    produce(kafka.bootstrap, topics.review, [review_record("m-1", TEXT)])
+    at = int(time.time() * 1000)
+    digest = text_digest(TEXT)
+    made = [Override(digest, "global", None, "nudge", "carol", "h-1", None, at),
+            Override(digest, "channel", "lobby", "block", "bob", "h-2", None, at + 1)]  # fmt: skip
+    produce_overrides(kafka.bootstrap, override_topic, made)
+    extra = ("--override-topic", override_topic, "--audit-topic", audit_topic,
+             "--global-moderators", "alice")  # fmt: skip
+    with (
+        console_process(kafka.bootstrap, redis_server.url, topics, tmp_path, *extra) as url,
+        logged_in(url, "bob") as bob,
+        logged_in(url, "alice") as alice,
+    ):
+        rows = "#overrides tbody tr"
+        wait_for(bob, lambda b: len(b.find_elements(By.CSS_SELECTOR, rows)) == 2, "both listed")
+        listed = bob.find_element(By.ID, "overrides").text
+        for shown in ("every channel", "carol", "#lobby", "bob"):
+            assert shown in listed
+        everywhere = bob.find_element(By.CSS_SELECTOR, f'{rows}[data-key="{made[0].key}"] .revoke')
+        assert not everywhere.is_enabled(), "bob may not revoke a global override"
+        wait_for(bob, lambda b: card(b, "m-1"), "the held message")
+        assert scopes(bob, "m-1") == ["channel"], "bob is not offered every channel"
+        wait_for(alice, lambda b: card(b, "m-1") and scopes(b, "m-1") == ["channel", "global"])
+
+        held = card(alice, "m-1")
+        Select(held.find_element(By.CSS_SELECTOR, ".scope")).select_by_value("global")
+        held.find_element(By.CSS_SELECTOR, ".verdict-block").click()
+        asked = wait_for(alice, EC.alert_is_present(), "the confirmation")
+        assert "EVERY channel" in asked.text, "it says what a global override does"
+        assert TEXT in asked.text
+        asked.dismiss()
+        held.find_element(By.CSS_SELECTOR, ".verdict-block").click()
+        wait_for(alice, EC.alert_is_present(), "the confirmation again").accept()
+        (sent,) = read_until(kafka.bootstrap, topics.verdicts, lambda seen: len(seen) >= 1)
+        assert (sent["message_id"], sent["scope"], sent["moderator_id"]) == (
+            "m-1",
+            "global",
+            "alice",
+        )
+
+        alice.find_element(By.CSS_SELECTOR, f'{rows}[data-key="{made[1].key}"] .revoke').click()
+        revoking = wait_for(alice, EC.alert_is_present(), "the revoke confirmation")
+        assert "#lobby" in revoking.text
+        revoking.accept()
+        wait_for(
+            bob, lambda b: len(b.find_elements(By.CSS_SELECTOR, rows)) == 1, "it left the list"
+        )
+        trail = read_until(kafka.bootstrap, audit_topic, lambda seen: len(seen) >= 2)
+        assert [(e["event"], e["actor"]) for e in trail] == [
+            ("verdict", "alice"), ("override_revoked", "alice")
+        ]  # fmt: skip
+        assert trail[1]["override"]["moderator_id"] == "bob"
