@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import signal
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import redis as redis_py
 from aiokafka import AIOKafkaProducer
 
+from chaos.durability import Survival, survival
 from chaos.hostile import CASES, DECISION, MIB, burst, judge
 from chaos.ledger import Ledger
 from chaos.results import ScenarioResult, now_ms
@@ -29,9 +32,11 @@ from chaos.stage import BUDGET_MS, PARTITIONS, Stage, drain_rate
 from chaos.verdicts import NOT_HELD, Outcomes, account
 from devstack import child
 from devstack.child import ModeratorChild, read_status_kb
-from devstack.reviewer import Answer, Reviewer
+from devstack.embedded import EmbeddedRedis
+from devstack.reviewer import Answer, Reviewer, Sent
 from loadgen.kafka import TopicSet
 from moderator.config import Settings
+from moderator.held import PREFIX as HELD_PREFIX
 from moderator.policy import read_spec
 from moderator.refusal import RETRY_BACKOFF_S, RETRY_JITTER
 from moderator.topics import ensure_topics
@@ -889,11 +894,173 @@ def _loop_figures(
                    f"median {lat[len(lat) // 2]:.0f} ms, max {lat[-1]:.0f} ms")  # fmt: skip
     counted = [s for s in (before, *survivors) if s is not None]
     outcomes = {o: sum(s.total("moderator_verdict_outcomes_total", outcome=o) for s in counted)
-                for o in ("applied", "late", "not_held", "invalid")}  # fmt: skip
+                for o in ("applied", "late", "not_held", "timed_out", "invalid")}  # fmt: skip
     timeouts = sum(s.total("moderator_review_timeouts_total") for s in counted)
     res.figure("verdict outcomes the instances counted (the killed one scraped just before)",
                ", ".join(f"{k} {v:.0f}" for k, v in outcomes.items())
                + f"; timeouts {timeouts:.0f}")  # fmt: skip
+
+
+# -- 10. Redis SIGKILLed with messages held ----------------------------------------------------
+
+HELD_REDIS_ANSWERED = 3  # every third held message is answered at once, before the kill
+
+
+def held_restart_rule(n: int, review: dict[str, Any]) -> list[Answer]:
+    """Every third held message gets its verdict at once; the others wait for the kill (then
+    half get their verdict after Redis is back, the rest time out)."""
+    if n % HELD_REDIS_ANSWERED:
+        return []
+    return [Answer(LOOP_VERDICTS[(n // HELD_REDIS_ANSWERED) % len(LOOP_VERDICTS)],
+                   LOOP_MODERATORS[0])]  # fmt: skip
+
+
+async def _answer_later(bootstrap: str, topic: str, answers: list[tuple[str, str]]) -> list[Sent]:
+    """Verdicts for held messages, each acknowledged before the next, as a moderators' tool
+    would send them: `answers` are (message id, verdict)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    sent: list[Sent] = []
+    try:
+        for message_id, verdict in answers:
+            moderator_id, at_ms = LOOP_MODERATORS[1], int(now_ms())
+            value = orjson.dumps({"message_id": message_id, "verdict": verdict,
+                                  "moderator_id": moderator_id, "at_ms": at_ms})  # fmt: skip
+            await producer.send_and_wait(topic, value, key=message_id.encode())
+            sent.append(Sent(message_id, verdict, moderator_id, True, now_ms()))
+    finally:
+        await producer.stop()
+    return sent
+
+
+def _awaiting(redis: EmbeddedRedis, group: str) -> int:
+    """Held messages awaiting a verdict or their timeout in Redis (the due index's size)."""
+    with redis_py.Redis.from_url(redis.url, socket_timeout=5) as client:
+        return int(client.zcard(f"{HELD_PREFIX}{group}:due"))
+
+
+async def redis_restart_held(ctx: Context, res: ScenarioResult) -> None:
+    """Messages held for review in a Redis that keeps an append-only file (fsynced every
+    second, no eviction: the shipped configuration), then Redis SIGKILLed and restarted at once on
+    its data: every held message still gets exactly its final decision, a verdict sent after
+    the restart or its timeout; at most those held in the last second may be lost."""
+    p = ctx.plan
+    timeout_s = p.review_timeout_s
+    before_kill_s = 2 * p.fault_at_s  # a backlog of held messages, most awaiting
+    with tempfile.TemporaryDirectory(prefix="chaos-redis-") as data:
+        async with ctx.stage("redis-held", redis_dir=Path(data)) as st:
+            redis, n = st.redis, st.names
+            assert redis is not None
+            review_topic, verdict_topic = f"{n.in_topic}.review", f"{n.in_topic}.verdicts"
+            await ensure_topics(st.bootstrap, {review_topic: PARTITIONS,
+                                               verdict_topic: PARTITIONS})  # fmt: skip
+            ctx.log_dir.mkdir(parents=True, exist_ok=True)
+            policy = loop_policy(ctx.log_dir / f"{n.group_id}.policy.json", timeout_s)
+            env = st.env(policy=str(policy), review_topic=review_topic,
+                         verdict_topic=verdict_topic)  # fmt: skip
+            async with Reviewer(st.bootstrap, review_topic, verdict_topic,
+                                held_restart_rule) as reviewer:  # fmt: skip
+                a = await st.start("a", env)
+                load = asyncio.create_task(st.load(p.rate, before_kill_s + p.after_s,
+                                                   held_ratio=p.held_ratio))  # fmt: skip
+                await asyncio.sleep(before_kill_s)
+                awaiting_before = await asyncio.to_thread(_awaiting, redis, n.group_id)
+                pid = redis.pid
+                assert pid is not None
+                kill_ms = now_ms()
+                os.kill(pid, signal.SIGKILL)
+                redis.stop()
+                await asyncio.to_thread(redis.start)  # same port, same data directory
+                restart_ms = now_ms() - kill_ms
+                awaiting_after = await asyncio.to_thread(_awaiting, redis, n.group_id)
+                # Held before the kill, still waiting, and not about to time out: half of them
+                # get their verdict now, from Redis's replayed file.
+                soon_ms = now_ms() + 5_000
+                waiting = [mid for mid, review in reviewer.held.items()
+                           if review["held_at_ms"] < kill_ms and mid not in reviewer.answered()
+                           and review["expires_at_ms"] > soon_ms]  # fmt: skip
+                later = await _answer_later(st.bootstrap, verdict_topic, [
+                    (mid, LOOP_VERDICTS[i % len(LOOP_VERDICTS)])
+                    for i, mid in enumerate(waiting[::2])])  # fmt: skip
+
+                def ended(ledger: Ledger) -> bool:
+                    reviewer.check()
+                    return len(reviewer.held) >= ledger.actions["review"] and all(
+                        mid in ledger.final_kinds for mid in reviewer.held
+                    )
+
+                await _traffic_and_finish(st, res, load, kill_ms, settled=ended,
+                                          settle_s=timeout_s + LOOP_LEASE_S + 30)  # fmt: skip
+                lg = st.obs.ledger
+                samples = a.scrape()
+            out = account(reviewer.held, [*reviewer.sent, *later], lg.final_kinds,
+                          lg.final_first_ms, lg.dead)  # fmt: skip
+            kept = survival(reviewer.held, out, kill_ms)
+            res.figure("held before the kill (in its last second) / after it",
+                       f"{kept.before} ({kept.last_second}) / {kept.after}")  # fmt: skip
+            res.figure("held messages awaiting in Redis: just before the kill / just after "
+                       "the restart", f"{awaiting_before} / {awaiting_after}")  # fmt: skip
+            res.figure("Redis SIGKILLed to answering again on its append-only file",
+                       f"{restart_ms:.0f} ms")  # fmt: skip
+            res.figure(
+                "verdicts: at once (before the kill or after it) / after the restart for "
+                "messages held before the kill",
+                f"{len(reviewer.sent)} / {len(later)}",
+            )
+            _held_restart_checks(res, out, kept, awaiting_before, awaiting_after, samples)
+            res.notes.append(
+                f"Redis ran as shipped (--appendonly yes --appendfsync everysec "
+                f"--maxmemory-policy noeviction, its data in a directory of its own); "
+                f"SIGKILLed {before_kill_s:g} s into the traffic with messages held "
+                f"(review_timeout_s={timeout_s:g}) and restarted at once on the same port and "
+                "directory. A killed process loses nothing its replies acknowledged (the file "
+                "was written before them); the last second is what a crash of the host may "
+                "take, which this does not simulate."
+            )
+            if not res.passed:
+                _attach_logs(res, a)
+
+
+def _held_restart_checks(
+    res: ScenarioResult,
+    out: Outcomes,
+    kept: Survival,
+    awaiting_before: int,
+    awaiting_after: int,
+    samples: child.Samples | None,
+) -> None:
+    res.figure(
+        "held messages ended: by a verdict / by their timeout",
+        f"{out.applied} / "
+        f"{out.timed_out} (final decisions read {out.finals}, repeats {out.repeats})",
+    )
+    if samples is not None:
+        counted = {o: samples.total("moderator_verdict_outcomes_total", outcome=o)
+                   for o in ("applied", "not_held", "timed_out")}  # fmt: skip
+        res.figure("verdict outcomes the moderator counted",
+                   ", ".join(f"{k} {v:.0f}" for k, v in counted.items()))  # fmt: skip
+    res.figure("lost: held in the last second before the kill (everysec allows) / earlier / "
+               "after", f"{len(kept.lost_last_second)} / {len(kept.lost_before)} / "
+               f"{len(kept.lost_after)}")  # fmt: skip
+    res.check("messages awaited in Redis when it was killed", awaiting_before > 0 < kept.before,
+              f"{awaiting_before} awaiting")  # fmt: skip
+    res.check("the restarted Redis read its held messages back (its append-only file)",
+              awaiting_after > 0, f"{awaiting_after} of {awaiting_before}")  # fmt: skip
+    res.check("no held message lost beyond the last second's writes",
+              not kept.lost_beyond_last_second, f"{len(kept.lost_beyond_last_second)}"
+              f"{_ids(list(kept.lost_beyond_last_second))}")  # fmt: skip
+    res.check("one kind of final decision per held message (repeats allowed)",
+              not out.mixed, f"{len(out.mixed)}{_ids(out.mixed)}")  # fmt: skip
+    res.check("each first verdict, before the kill or after the restart, is the final decision",
+              not out.wrong_verdict and out.applied == out.verdicts_first,
+              f"{out.applied} of {out.verdicts_first} applied"
+              f"{_ids(out.wrong_verdict)}")  # fmt: skip
+    res.check(f"held messages without a verdict timed out to the fallback ({LOOP_FALLBACK})",
+              out.timed_out > 0 and not out.wrong_timeout,
+              f"{out.timed_out} timed out, {len(out.wrong_timeout)} otherwise"
+              f"{_ids(out.wrong_timeout)}")  # fmt: skip
+    res.check("no final decision for a message never held", not out.unheld_finals,
+              f"{len(out.unheld_finals)}{_ids(out.unheld_finals)}")  # fmt: skip
 
 
 # -- the list ----------------------------------------------------------------------------------
@@ -939,6 +1106,10 @@ SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
              "messages held for review and answered by a scripted moderator's verdicts (some "
              "left to time out, some given a second verdict); one moderator SIGKILLed mid-stream "
              "and restarted at once", moderation_loop),
+    "redis-restart-held": ("Redis SIGKILLed with messages held", "messages held for review in "
+                           "a Redis with an append-only file (everysec, noeviction), Redis "
+                           "SIGKILLed and restarted at once on its data; verdicts after the "
+                           "restart, the rest left to time out", redis_restart_held),
 }  # fmt: skip
 
 

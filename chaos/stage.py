@@ -46,6 +46,7 @@ class Stage:
         model_dir: Path,
         log_dir: Path,
         redis: bool = True,
+        redis_dir: Path | None = None,
         schemas: SchemaFor | None = None,
         seed: int = 1,
     ) -> None:
@@ -56,7 +57,8 @@ class Stage:
         self._schemas = schemas
         self._schema_tmp: tempfile.TemporaryDirectory[str] | None = None
         self.broker: Broker | None = None
-        self.redis: EmbeddedRedis | None = EmbeddedRedis() if redis else None
+        # With `redis_dir`: an append-only file there, as shipped (devstack/embedded.py).
+        self.redis = EmbeddedRedis(data_dir=redis_dir) if redis else None
         self.observer: Observer | None = None
         self.procs: list[ModeratorChild] = []
         self._stack = contextlib.AsyncExitStack()

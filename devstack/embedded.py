@@ -1,8 +1,8 @@
 """The embedded stack: a Tansu Kafka broker and a Redis server as child processes.
 
 Used by `moderator dev`, the test suite and the load generator. Both servers bind to 127.0.0.1,
-keep nothing on disk, and are stopped (then killed if they linger) by `stop()`, which is safe to
-call twice.
+keep nothing on disk (Redis does when given a `data_dir`), and are stopped (then killed if they
+linger) by `stop()`, which is safe to call twice.
 """
 
 from __future__ import annotations
@@ -221,7 +221,10 @@ class TlsFiles:
 class EmbeddedRedis(_ServerProcess):
     """A real `redis-server` (or `valkey-server`) from PATH, with persistence off.
 
-    With `password` it requires AUTH; with `tls` it accepts only TLS connections.
+    With `password` it requires AUTH; with `tls` it accepts only TLS connections. With
+    `data_dir` it keeps what the shipped configurations keep (deploy/compose.yaml): an append-only
+    file there, fsynced every second, and no eviction; started again on the same `data_dir`, it
+    reads the file back (what the chaos scenario of a Redis killed with messages held needs).
     """
 
     name = "redis"
@@ -232,11 +235,13 @@ class EmbeddedRedis(_ServerProcess):
         *,
         password: str | None = None,
         tls: TlsFiles | None = None,
+        data_dir: Path | None = None,
         start_timeout_s: float = 15.0,
     ) -> None:
         super().__init__(port, start_timeout_s=start_timeout_s)
         self.password = password
         self.tls = tls
+        self.data_dir = data_dir
 
     @property
     def url(self) -> str:
@@ -260,12 +265,19 @@ class EmbeddedRedis(_ServerProcess):
                 "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
                 "--tls-ca-cert-file", str(self.tls.ca),
             ]  # fmt: skip
+        if self.data_dir is None:
+            persistence = ["--appendonly", "no"]
+        else:
+            persistence = [
+                "--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "everysec",
+                "--maxmemory-policy", "noeviction",
+            ]  # fmt: skip
         return [
             binary,
             *listen,
             "--bind", "127.0.0.1",
             "--save", "",
-            "--appendonly", "no",
+            *persistence,
             "--daemonize", "no",
             "--protected-mode", "yes",
             *(["-"] if self.password else []),  # the password comes on stdin
