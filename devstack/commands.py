@@ -7,7 +7,9 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from moderator import loop
@@ -67,7 +69,9 @@ def run_dev(args: argparse.Namespace) -> int:
         kafka = stack.enter_context(EmbeddedKafka(args.kafka_port))
         say(f"kafka    {kafka.bootstrap}  (tansu, in-memory)")
         say(f"starting redis on 127.0.0.1:{args.redis_port} …")
-        redis = stack.enter_context(EmbeddedRedis(args.redis_port))
+        # As shipped (deploy/compose.yaml): an append-only file, fsynced every second, no eviction.
+        data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="moderator-redis-")))
+        redis = stack.enter_context(EmbeddedRedis(args.redis_port, data_dir=data))
         say(f"redis    {redis.url}")
         settings = base.replace(kafka_bootstrap=kafka.bootstrap, redis_url=redis.url)
         return loop.run(serve(settings, topic_partitions(settings, settings.topic_partitions)))
