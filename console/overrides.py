@@ -103,6 +103,7 @@ class OverrideDesk:
         self.identity: Callable[[Request], str | None] = lambda request: None
         self._task: asyncio.Task[None] | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._started = False  # the consumer: stopped only if it started
         self._auditing: set[asyncio.Future[Any]] = set()
 
     def routes(self, identity: Callable[[Request], str | None]) -> list[Route]:
@@ -124,7 +125,7 @@ class OverrideDesk:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._consumer is not None:
+        if self._consumer is not None and self._started:
             await stop_within(self._consumer, 5.0)
 
     async def _follow(self) -> None:
@@ -136,6 +137,7 @@ class OverrideDesk:
         while True:
             try:
                 await consumer.start()
+                self._started = True
                 break
             except KafkaError as exc:
                 log.warning("the overrides consumer: the broker does not answer (%r)", exc)

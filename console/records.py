@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import orjson
 
 # The moderator's own verdict type and choices, re-exported for the console's modules.
+from moderator.records import DEFAULT_SCOPE as DEFAULT_SCOPE
 from moderator.records import SCOPES as SCOPES
 from moderator.records import VERDICTS as VERDICTS
 from moderator.records import Verdict as Verdict
@@ -70,12 +71,13 @@ def parse_verdict(value: bytes | None) -> Verdict:
     verdict = data.get("verdict")
     if verdict not in VERDICTS:
         raise BadRecord(f"'verdict' must be one of {', '.join(VERDICTS)}")
-    scope = data.get("scope") or "global"
+    scope = data.get("scope") or DEFAULT_SCOPE  # as the moderators read it: the channel
     if scope not in SCOPES:
         raise BadRecord(f"'scope' must be one of {', '.join(SCOPES)}")
     reason = data.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise BadRecord("'reason' must be a string or null")
+    expires = data.get("override_expires_at_ms")
     return Verdict(
         message_id=_text(data, "message_id"),
         verdict=verdict,
@@ -83,6 +85,7 @@ def parse_verdict(value: bytes | None) -> Verdict:
         reason=reason,
         scope=scope,
         at_ms=_int(data, "at_ms"),
+        override_expires_at_ms=expires if isinstance(expires, int) else None,
     )
 
 

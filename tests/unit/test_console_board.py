@@ -149,10 +149,12 @@ def test_a_verdict_the_console_cannot_use_is_refused(value: bytes | None) -> Non
         parse_verdict(value)
 
 
-def test_a_verdict_round_trips_and_scope_defaults_to_global() -> None:
+def test_a_verdict_round_trips_and_scope_defaults_to_the_channel() -> None:
     v = parse_verdict(b'{"message_id": "m", "verdict": "nudge", "moderator_id": "a", "at_ms": 5}')
-    assert v == Verdict("m", "nudge", "a", None, "global", 5)
+    assert v == Verdict("m", "nudge", "a", None, "channel", 5)  # as the moderators read it
     assert parse_verdict(encode_verdict(v)) == v
+    lapsing = v._replace(scope="global", override_expires_at_ms=99)
+    assert parse_verdict(encode_verdict(lapsing)) == lapsing
 
 
 def test_a_review_record_is_read_leniently_and_bounded() -> None:
