@@ -1,7 +1,7 @@
 """The moderation loop against the real broker, Redis and model: a review decision goes out with
 its channel's context, a verdict ends it with one final decision and becomes an override that the
-same text in another channel obeys, a timeout ends it with the policy's fallback, and verdicts
-that apply to nothing go to the dead-letter topic."""
+same text in its channel obeys (not in another: a verdict names no scope), a timeout ends it with
+the policy's fallback, and verdicts that apply to nothing go to the dead-letter topic."""
 
 from __future__ import annotations
 
@@ -142,12 +142,17 @@ async def test_a_held_message_goes_out_with_context_and_one_verdict_ends_it(
             == 1
         )
 
-        # The verdict is an override: the same text in another channel gets the human's action
-        # without the model, though the policy's deny term would hold it again.
-        await produce(s.kafka_bootstrap, s.in_topic, [message(3, "c-other", texts[2])])
-        out = await consume(s.kafka_bootstrap, s.out_topic, until=has_decision("m-3"))
+        # The verdict is an override for its channel (it names no scope): the same text there
+        # gets the human's action without the model, though the policy's deny term would hold it
+        # again; in another channel the deny term holds it.
+        await produce(s.kafka_bootstrap, s.in_topic,
+                      [message(3, channel, texts[2]), message(4, "c-other", texts[2])])  # fmt: skip
+        both = (has_decision("m-3"), has_decision("m-4"))
+        out = await consume(s.kafka_bootstrap, s.out_topic, until=lambda r: all(b(r) for b in both))
         again = next(d for d in map(decoded, out) if d["message_id"] == "m-3")
         assert (again["action"], again["reason"], again["scores"]) == ("allow", "override", {})
+        elsewhere = next(d for d in map(decoded, out) if d["message_id"] == "m-4")
+        assert (elsewhere["action"], elsewhere["reason"]) == ("review", "deny:policy:test")
 
         # A second verdict for it, one for a message never held, and a malformed one.
         await produce(s.kafka_bootstrap, s.verdict_topic, [
