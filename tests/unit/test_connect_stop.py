@@ -10,6 +10,7 @@ import pytest
 
 from moderator import loop
 from moderator.connect import stop_within
+from tests.waiting import eventually
 
 
 class Hangs:
@@ -57,13 +58,15 @@ class IgnoresCancellation:
 
     def __init__(self) -> None:
         self.released = False
+        self.ended = False
 
     async def stop(self) -> None:
-        while not self.released:
+        while not self.released:  # a flag, not an Event: it is released after its loop closed
             try:
                 await asyncio.sleep(0.01)
             except asyncio.CancelledError:
                 continue
+        self.ended = True
 
 
 async def test_a_stop_that_ignores_cancellation_is_left_behind_not_waited_for() -> None:
@@ -72,7 +75,7 @@ async def test_a_stop_that_ignores_cancellation_is_left_behind_not_waited_for() 
         await asyncio.wait_for(stop_within(client, timeout_s=0.05), timeout=5)
     finally:
         client.released = True
-        await asyncio.sleep(0.05)
+        await eventually(lambda: client.ended, "the stop() left behind ends once released")
 
 
 def test_a_process_whose_leftover_task_ignores_cancellation_still_ends() -> None:

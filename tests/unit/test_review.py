@@ -240,7 +240,8 @@ async def test_review_steps_run_in_fetch_order_whichever_batch_is_scored_first()
     review = Review(store, Metrics(), context=5, context_bytes=4096, labels=())  # type: ignore[arg-type]
     first, second, third, fourth = (review.turn() for _ in range(4))
     later = asyncio.create_task(review.after_decisions(one_decided("b"), second))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn: `later` runs until it waits (tasks start in the order made)
+    assert not later.done()
     assert store.pushed == []  # the second batch, scored first, waits for the first
     await review.after_decisions(one_decided("a"), first)
     await later

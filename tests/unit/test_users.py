@@ -325,6 +325,14 @@ class _Hanging:
     after = before
 
 
+def round_trips(users: Escalation, step: str) -> float:
+    """Redis calls made for `step`: counted as a batch goes to Redis, before its answer."""
+    value = users.metrics.registry.get_sample_value(
+        "moderator_user_state_round_trips_total", {"step": step}
+    )
+    return value or 0.0
+
+
 async def test_strikes_count_in_fetch_order_whichever_batch_is_decided_first() -> None:
     p = policy(strikes=2)
     users = Escalation(Metrics())
@@ -333,8 +341,9 @@ async def test_strikes_count_in_fetch_order_whichever_batch_is_decided_first() -
     early = [(msg(i, channel=f"c{i}", t_s=i), p, flagged()) for i in range(2)]
     last = [(msg(2, channel="c2", t_s=2), p, flagged())]
     later = asyncio.create_task(users.after(last, second.after))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn: `later` runs until it waits (tasks start in the order made)
     assert not later.done(), "the batch fetched second, decided first, waits for the first"
+    assert round_trips(users, "after") == 0, "it did not go to Redis before its turn"
     assert [e.strikes for e in await users.after(early, first.after)] == [1, 2]
     assert await later == [("review", 3, True)], "the strike past the limit in fetch order"
     third.finish()  # a batch that failed before its steps does not hold the next one up
@@ -348,8 +357,9 @@ async def test_floods_count_in_fetch_order_whichever_batch_starts_its_step_first
     users._redis = cast(RedisState, _Fake())
     first, second = users.turn(), users.turn()
     later = asyncio.create_task(users.before([(msg(1, t_s=1), p)], second.before))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn: `later` runs until it waits (tasks start in the order made)
     assert not later.done()
+    assert round_trips(users, "before") == 0, "it did not go to Redis before its turn"
     assert await users.before([(msg(0), p)], first.before) == [None]
     assert await later == [Verdict("block", "rate_limited")]
 
