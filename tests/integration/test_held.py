@@ -17,6 +17,7 @@ from moderator import held as held_module
 from moderator.cache import ScoreCache
 from moderator.held import HeldStore
 from moderator.metrics import Metrics
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -147,11 +148,8 @@ async def test_each_redis_call_counts_one_round_trip_for_its_part(
         assert trips(metrics)["cache_read"] == 1, "one MGET for a batch's misses"
         await cache.get_many([])
         assert trips(metrics)["cache_read"] == 1
-        cache.put_many([(b"k-1", np.zeros(2, dtype=np.float32))])
-        for _ in range(100):
-            if trips(metrics)["cache_write"]:
-                break
-            await asyncio.sleep(0.02)
+        cache.put_many([(b"k-1", np.zeros(2, dtype=np.float32))])  # written in the background
+        await eventually(lambda: trips(metrics)["cache_write"], "the cache write went out")
         assert trips(metrics)["cache_write"] == 1
     finally:
         await cache.stop()
