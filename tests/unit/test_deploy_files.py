@@ -213,10 +213,12 @@ def test_compose_creates_the_topics_the_scaling_assumes() -> None:
     assert partitions["chat.messages"] == base_notes["chat-moderator/input-partitions"]
     assert set(partitions) == {"chat.messages", "chat.decisions", "chat.messages.dlq",
                                "chat.policies", "chat.review", "chat.verdicts",
-                               "chat.overrides"}  # fmt: skip
+                               "chat.overrides", "chat.audit"}  # fmt: skip
     for compacted in ("chat.policies", "chat.overrides"):
         line = next(line for line in script.splitlines() if f"--topic {compacted} " in line)
         assert "--config cleanup.policy=compact" in line
+    line = next(line for line in script.splitlines() if "--topic chat.audit " in line)
+    assert "--config cleanup.policy=delete --config retention.ms=-1" in line  # kept for ever
 
 
 def test_compose_runs_two_moderators_in_one_group_scraped_as_job_moderator() -> None:
@@ -293,7 +295,11 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
     settings = config("production")
     names = [settings[f"MODERATOR_{n}_TOPIC"]
              for n in ("IN", "OUT", "DLQ", "POLICY", "REVIEW", "VERDICT", "OVERRIDE")]  # fmt: skip
-    assert set(topics) == set(names)
+    audit = settings.get("MODERATOR_AUDIT_TOPIC", Settings().audit_topic)  # the console's
+    assert set(topics) == {*names, audit}
+    assert topics[audit]["partitions"] == 1  # one order for the trail
+    assert topics[audit]["config"]["cleanup.policy"] == "delete"
+    assert topics[audit]["config"]["retention.ms"] == "-1"  # nothing ages out of it
     partitions = rendered("production")["ScaledObject"]["metadata"]["annotations"]
     assert topics[settings["MODERATOR_IN_TOPIC"]]["partitions"] == int(
         partitions["chat-moderator/input-partitions"]
@@ -310,8 +316,13 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
         assert resource["metadata"]["labels"]["strimzi.io/cluster"]
 
 
+def kafka_user(name: str) -> dict[str, Any]:
+    (user,) = (u for u in strimzi()["KafkaUser"] if u["metadata"]["name"] == name)
+    return user
+
+
 def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
-    (user,) = strimzi()["KafkaUser"]
+    user = kafka_user("moderator")
     assert user["spec"]["authentication"]["type"] == "scram-sha-512"
     assert config("production")["MODERATOR_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
     acls = {(a["resource"]["type"], a["resource"].get("name")): set(a["operations"])
@@ -330,6 +341,23 @@ def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
     }
     assert all(a["resource"].get("patternType") == "literal"
                for a in user["spec"]["authorization"]["acls"])  # fmt: skip
+
+
+def test_the_consoles_kafka_user_reads_what_it_shows_and_writes_what_moderators_do() -> None:
+    user = kafka_user("moderator-console")
+    secret = yaml.safe_load((K8S / "console" / "secret.example.yaml").read_text())
+    assert secret["stringData"]["kafka-sasl-username"] == user["metadata"]["name"]
+    assert user["spec"]["authentication"]["type"] == "scram-sha-512"
+    acls = {(a["resource"]["type"], a["resource"].get("name")): set(a["operations"])
+            for a in user["spec"]["authorization"]["acls"]}  # fmt: skip
+    settings = config("production")
+    assert acls == {
+        ("topic", settings["MODERATOR_REVIEW_TOPIC"]): {"Read", "Describe"},
+        ("topic", settings["MODERATOR_OUT_TOPIC"]): {"Read", "Describe"},
+        ("topic", settings["MODERATOR_VERDICT_TOPIC"]): {"Read", "Write", "Describe"},
+        ("topic", settings["MODERATOR_OVERRIDE_TOPIC"]): {"Read", "Write", "Describe"},
+        ("topic", Settings().audit_topic): {"Write", "Describe"},
+    }  # no group: the console reads every partition itself
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
