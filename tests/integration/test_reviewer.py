@@ -4,8 +4,6 @@ message id, in order, and counts a review record read again without answering it
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from typing import Any
 
@@ -17,6 +15,7 @@ from devstack.reviewer import Answer, Reviewer
 from moderator.topics import ensure_topics
 from tests.contract import check_verdict
 from tests.integration.kafka_io import consume, produce
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +38,12 @@ async def test_each_held_message_is_answered_once_as_the_rule_says(kafka: Embedd
     async with Reviewer(kafka.bootstrap, review_topic, verdict_topic, rule) as desk:
         records = [review("m-1"), review("m-2"), review("m-1"), review("m-3")]
         await produce(kafka.bootstrap, review_topic, records)
-        deadline = time.monotonic() + 30
-        while desk.records < len(records) and time.monotonic() < deadline:
+
+        def all_read() -> bool:
             desk.check()
-            await asyncio.sleep(0.05)
+            return desk.records >= len(records)
+
+        await eventually(all_read, "the reviewer read every review record", timeout_s=30)
     assert desk.records == len(records)
     assert list(desk.held) == ["m-1", "m-2", "m-3"]
     assert [(s.message_id, s.verdict, s.moderator_id, s.first) for s in desk.sent] == [
