@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from tests.contract import check_decision
+from tests.waiting import eventually
 
 
 def chat(i: int, text: str, *, channels: int = 5, **extra: Any) -> tuple[bytes, bytes]:
@@ -46,22 +48,65 @@ async def consume(
     until: Callable[[list[ConsumerRecord[bytes, bytes]]], bool],
     timeout_s: float = 60.0,
 ) -> list[ConsumerRecord[bytes, bytes]]:
-    """Read `topic` from the beginning until `until(records)` holds (or the timeout passes)."""
+    """`topic`'s records from the beginning, read until `until(records)` holds; fails the test,
+    saying how many were read, if it does not within `timeout_s`."""
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    async with _reader(kafka, topic) as consumer:
+
+        async def read_more() -> bool:
+            if until(records):
+                return True
+            batch = await consumer.getmany(timeout_ms=200)
+            for part in batch.values():
+                records.extend(part)
+            return until(records)
+
+        await eventually(read_more, lambda: f"{topic} holds what is awaited (read {len(records)})",
+                         timeout_s=timeout_s, poll_s=0)  # fmt: skip
+    return records
+
+
+async def read_to_end(
+    kafka: str | Mapping[str, Any], topic: str, *, timeout_s: float = 60.0
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record `topic` holds now: read up to each partition's end offset as this is called.
+    For "nothing more came": the test first waits on what proves the point was reached (a
+    counter, a commit, a record after it), rather than reading for a guessed while."""
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    async with _reader(kafka, topic) as consumer:
+        partitions = consumer.assignment()
+        assert partitions, f"{topic} has no partitions"
+        ends = await consumer.end_offsets(list(partitions))
+
+        async def at_end() -> bool:
+            if all([await consumer.position(tp) >= end for tp, end in ends.items()]):
+                return True
+            batch = await consumer.getmany(timeout_ms=200)
+            for part in batch.values():
+                records.extend(
+                    r for r in part if r.offset < ends[TopicPartition(r.topic, r.partition)]
+                )
+            return False
+
+        await eventually(at_end, lambda: f"{topic} read to its end offsets {ends} "
+                         f"(read {len(records)})", timeout_s=timeout_s, poll_s=0)  # fmt: skip
+    return records
+
+
+@asynccontextmanager
+async def _reader(
+    kafka: str | Mapping[str, Any], topic: str
+) -> AsyncIterator[AIOKafkaConsumer[bytes, bytes]]:
+    """A consumer of every partition of `topic`, from the beginning, in no group."""
     consumer = AIOKafkaConsumer(
         topic, **client_options(kafka), auto_offset_reset="earliest", enable_auto_commit=False,
         group_id=None, fetch_max_wait_ms=50,
     )  # fmt: skip
     await consumer.start()
-    records: list[ConsumerRecord[bytes, bytes]] = []
-    deadline = time.monotonic() + timeout_s
     try:
-        while not until(records) and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            for part in batch.values():
-                records.extend(part)
+        yield consumer
     finally:
         await consumer.stop()
-    return records
 
 
 def decisions_by_id(records: Iterable[ConsumerRecord[bytes, bytes]]) -> dict[str, dict[str, Any]]:
