@@ -24,7 +24,7 @@ from redis.retry import Retry
 from moderator.classifier import Scores, TokenIds
 from moderator.metrics import Metrics
 from moderator.redaction import redact_url
-from moderator.tasks import cancel
+from moderator.tasks import cancel, reraise_cancel
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class ScoreCache:
             try:
                 await asyncio.wait_for(self._redis.ping(), max(self.timeout_s * 4, 0.25))
             except (RedisError, OSError, TimeoutError) as exc:
-                _reraise_cancel(exc)
+                reraise_cancel(exc)
                 self._warn("is unavailable", exc)
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 5.0)
@@ -246,18 +246,6 @@ class ScoreCache:
             try:
                 await asyncio.wait_for(pipe.execute(), max(self.timeout_s * 4, 0.25))
             except (RedisError, OSError, TimeoutError) as exc:
-                _reraise_cancel(exc)
+                reraise_cancel(exc)
                 self.metrics.cache_writes_dropped.inc(len(batch))
                 self._trip(exc)
-
-
-def _reraise_cancel(exc: BaseException) -> None:
-    """Re-raise a cancellation that `exc` hid.
-
-    Python 3.11's `asyncio.wait_for`, cancelled in the same loop turn as its call fails (Redis
-    and Kafka both refusing at start-up), raises the call's error instead of `CancelledError`:
-    a loop that retries on that error would outlive `stop()` and hang the process.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError from exc

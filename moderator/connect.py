@@ -1,4 +1,5 @@
-"""Starting a Kafka client with an error that says what to check; stopping any client in time.
+"""Starting a Kafka client with an error that says what to check; stopping any client in time;
+what the runtime uses of aiokafka's clients (`Producer`, `Sender`: protocols a test can fake).
 
 aiokafka reports a refused TLS certificate or SASL password as "Unable to bootstrap", and a
 SCRAM rejection from some brokers as a bare `KeyError`; an operator needs the address, the
@@ -35,15 +36,29 @@ REFUSED_LOGIN = (SaslAuthenticationFailed, AuthenticationFailedError, IllegalSas
 UNSUPPORTED_MECHANISM = (UnsupportedSaslMechanismError, AuthenticationMethodNotSupported)
 
 
-class _Startable(Protocol):
+class Startable(Protocol):
     async def start(self) -> None: ...
 
 
-class _Stoppable(Protocol):
+class Stoppable(Protocol):
     async def stop(self) -> None: ...
 
 
-async def stop_within(client: _Stoppable, timeout_s: float = STOP_TIMEOUT_S) -> None:
+class Sender(Protocol):
+    """What final decisions use of aiokafka's `AIOKafkaProducer`: one record at a time."""
+
+    async def send(self, topic: str, value: Any, key: Any, headers: Any) -> Any: ...
+
+
+class Producer(Sender, Stoppable, Protocol):
+    """What the publisher uses of aiokafka's `AIOKafkaProducer`."""
+
+    def create_batch(self) -> Any: ...
+    async def partitions_for(self, topic: str) -> Any: ...
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any: ...
+
+
+async def stop_within(client: Stoppable, timeout_s: float = STOP_TIMEOUT_S) -> None:
     """`await client.stop()`, given up (with one warning) after `timeout_s`; never raises.
 
     A stop past its time is cancelled but not waited for: `asyncio.wait_for` would wait for the
@@ -66,7 +81,7 @@ async def stop_within(client: _Stoppable, timeout_s: float = STOP_TIMEOUT_S) -> 
 _given_up: set[asyncio.Future[None]] = set()  # stops given up on: referenced until they end
 
 
-async def start_client(client: _Startable, options: Mapping[str, Any], role: str) -> None:
+async def start_client(client: Startable, options: Mapping[str, Any], role: str) -> None:
     """`await client.start()`, turning a failure into a `KafkaConnectError`."""
     try:
         await client.start()

@@ -18,10 +18,10 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
 
 from aiokafka.errors import KafkaError
 
+from moderator.connect import Sender
 from moderator.held import Held, HeldStore
 from moderator.metrics import Metrics
 from moderator.records import ChatMessage, Timing, encode_decision
@@ -32,12 +32,6 @@ log = logging.getLogger(__name__)
 TIMEOUT_REASON = "review_timeout"
 VERDICT_REASON = "verdict"  # reason `verdict:<moderator_id>`
 SWEEP_EVERY_S = 1.0  # a held message gets its fallback within about this long of its timeout
-
-
-class Producer(Protocol):
-    """What final decisions use of aiokafka's `AIOKafkaProducer`."""
-
-    async def send(self, topic: str, value: Any, key: Any, headers: Any) -> Any: ...
 
 
 class Refused(Exception):
@@ -73,7 +67,7 @@ def encode_final(held: Held, action: str, reason: str) -> bytes:
 
 
 async def deliver(
-    producer: Producer,
+    producer: Sender,
     topic: str,
     key: bytes | None,
     value: bytes | None,
@@ -109,7 +103,7 @@ class TimeoutSweeper:
     settles them once acknowledged."""
 
     def __init__(
-        self, store: HeldStore, producer: Producer, *, out_topic: str, metrics: Metrics
+        self, store: HeldStore, producer: Sender, *, out_topic: str, metrics: Metrics
     ) -> None:
         self.store = store
         self.producer = producer

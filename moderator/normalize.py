@@ -22,7 +22,8 @@ _CONFUSABLES = str.maketrans(
 )
 _WORD = re.compile(r"\S+")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
-_REPEATS = re.compile(r"(.)\1{2,}", re.DOTALL)
+# A run of one character longer than two; moderator/windows.py finds the same runs to map spans.
+REPEATS = re.compile(r"(.)\1{2,}", re.DOTALL)
 _SPACES = re.compile(r"\s+")
 _ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 
@@ -58,5 +59,5 @@ def normalize_text(text: str) -> str:
             if ch.isspace() or unicodedata.category(ch) not in ("Cf", "Cc", "Cs", "Co", "Cn")
         )
         text = _WORD.sub(_fold_word, text)
-    text = _REPEATS.sub(r"\1\1", text)
+    text = REPEATS.sub(r"\1\1", text)
     return _SPACES.sub(" ", text).strip()

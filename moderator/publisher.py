@@ -22,11 +22,12 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
+from moderator.connect import Producer
 from moderator.intake import Fetched
 from moderator.ledger import Entry
 from moderator.metrics import Metrics
@@ -35,16 +36,6 @@ from moderator.refusal import RETRY_BACKOFF_S, RETRY_JITTER, describe, divert, i
 from moderator.tasks import Supervisor, cancel
 
 log = logging.getLogger(__name__)
-
-
-class Producer(Protocol):
-    """What the publisher uses of aiokafka's `AIOKafkaProducer`."""
-
-    async def send(self, topic: str, value: Any, key: Any, headers: Any) -> Any: ...
-    def create_batch(self) -> Any: ...
-    async def partitions_for(self, topic: str) -> Any: ...
-    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any: ...
-    async def stop(self) -> None: ...
 
 
 @dataclass(eq=False)

@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Protocol, Self, TypeVar
+from typing import Self, TypeVar
 
 from aiokafka import AIOKafkaProducer
 
@@ -24,7 +24,7 @@ from moderator.cache import ScoreCache
 from moderator.channel_policies import PolicyBook, follow_policies
 from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.connect import start_client, stop_within
+from moderator.connect import Stoppable, start_client, stop_within
 from moderator.degrade import fallback_for
 from moderator.finals import TimeoutSweeper
 from moderator.intake import Fetched, Intake
@@ -46,10 +46,6 @@ log = logging.getLogger(__name__)
 MAX_PRODUCER_REQUEST_BYTES = 16 * 1024 * 1024  # dead letters carry the original value, any size
 
 T = TypeVar("T")
-
-
-class _Stoppable(Protocol):
-    async def stop(self) -> None: ...
 
 
 class Moderator:
@@ -206,7 +202,7 @@ class Moderator:
         )
         return classifier
 
-    async def _own(self, part: _Stoppable, starting: Awaitable[None]) -> None:
+    async def _own(self, part: Stoppable, starting: Awaitable[None]) -> None:
         """Await `starting` (`part`'s start); `part` is stopped with the moderator, even if its
         start failed (a half-started client holds connections too). The publisher stops its
         producer."""

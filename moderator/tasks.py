@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 # How long a cancelled task gets before it is cancelled again: Python 3.11's `asyncio.wait_for`,
 # cancelled in the loop turn its call fails, raises the call's error instead, and a loop that
-# retries on that error has swallowed the cancellation (moderator/cache.py, `_reraise_cancel`).
+# retries on that error has swallowed the cancellation (`reraise_cancel`).
 RECANCEL_S = 0.1
 
 
@@ -38,6 +38,18 @@ async def cancel(*tasks: asyncio.Task[Any] | None) -> None:
     for task in given:
         if not task.cancelled():
             task.exception()
+
+
+def reraise_cancel(exc: BaseException) -> None:
+    """Re-raise a cancellation that `exc` hid.
+
+    Python 3.11's `asyncio.wait_for`, cancelled in the same loop turn as its call fails (Redis
+    and Kafka both refusing at start-up), raises the call's error instead of `CancelledError`:
+    a loop that retries on that error would outlive `stop()` and hang the process.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
 
 
 class Supervisor:

@@ -39,12 +39,13 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from moderator.cache import WARN_EVERY_S, _reraise_cancel
+from moderator.cache import WARN_EVERY_S
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
 from moderator.policy import Policy, Verdict
 from moderator.records import ChatMessage
 from moderator.redaction import redact_url
+from moderator.tasks import reraise_cancel
 from moderator.turns import Turn, Turns
 from moderator.user_rules import escalated
 from moderator.user_state import MUTED, RATE_LIMITED, SPAM, MemoryState, RedisState, Seen, Strike
@@ -204,7 +205,7 @@ class Escalation:
             try:
                 out = await asyncio.wait_for(remote(batch), self.timeout_s)
             except (RedisError, OSError, TimeoutError) as exc:
-                _reraise_cancel(exc)
+                reraise_cancel(exc)
                 self._failed(exc, now)
             else:
                 if self._degraded_at is not None:

@@ -25,9 +25,9 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 from moderator.config import Settings
-from moderator.connect import start_client, stop_within
+from moderator.connect import Sender, start_client, stop_within
 from moderator.errors import InvalidRecord
-from moderator.finals import VERDICT_REASON, Producer, Refused, deliver, encode_final, final_key
+from moderator.finals import VERDICT_REASON, Refused, deliver, encode_final, final_key
 from moderator.held import Applied, HeldStore, RedisUnavailable
 from moderator.metrics import Metrics
 from moderator.records import Outcome, Verdict, dead_letter, parse_verdict
@@ -58,7 +58,7 @@ class VerdictIntake:
         settings: Settings,
         metrics: Metrics,
         store: HeldStore,
-        producer: Producer,
+        producer: Sender,
         overrides: OverrideSink | None = None,
     ) -> None:
         self.settings = settings

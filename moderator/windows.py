@@ -46,7 +46,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from moderator.classifier import HEAD_CHARS_PER_TOKEN, Classifier, Scores, TokenIds
-from moderator.normalize import _CONFUSABLES, _REPEATS, normalize_text
+from moderator.normalize import REPEATS, fold_lookalikes, normalize_text
 
 MAX_WINDOWS = 16
 
@@ -229,7 +229,7 @@ def _span(piece: _Piece, start: int, end: int, length: int) -> Span:
 # Normalisation that remembers where each character came from
 
 # What normalize_text changes in ASCII text: control characters, and whitespace other than a
-# lone space (its runs of one character are found by _REPEATS).
+# lone space (its runs of one character are found by REPEATS).
 _ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]+")
 _ODD_SPACES = re.compile(r"\s{2,}|[^\S ]")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
@@ -250,7 +250,7 @@ def normalize_with_origins(text: str) -> tuple[str, list[int]]:
         folded, origins = _drop(text, list(range(len(text))), drops)
     else:
         folded, origins = _fold(text)
-    drops = [(m.start() + 2, m.end()) for m in _REPEATS.finditer(folded)]
+    drops = [(m.start() + 2, m.end()) for m in REPEATS.finditer(folded)]
     squeezed, origins = _drop(folded, origins, drops)
     spaced, origins = _spaces(squeezed, origins)
     if spaced == expected:
@@ -314,6 +314,6 @@ def _fold(text: str) -> tuple[str, list[int]]:
         if k == len(chars) or chars[k].isspace():
             word = "".join(chars[start:k])
             if word and not word.isascii() and _ASCII_LETTER.search(word):
-                chars[start:k] = list(word.translate(_CONFUSABLES))
+                chars[start:k] = list(fold_lookalikes(word))
             start = k + 1
     return "".join(chars), origins
