@@ -7,15 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from bench.cpu import ROLES
-from bench.peer_report import NAMES, _f, _table, process_ms
+from bench.peer_report import NAMES, figure, process_ms, table
 
 HEADING = "## 9. Goodput inside the budget"
 
 
 def _probe_rows(probes: list[Mapping[str, Any]]) -> list[list[str]]:
     return [
-        [str(i + 1), _f(p["rate"]), "yes" if p["ok"] else "no", f"{p['decided']}/{p['sent']}",
-         _f(p.get("p50_ms")), _f(p.get("p99_ms")), _f(process_ms(p), 2),
+        [str(i + 1), figure(p["rate"]), "yes" if p["ok"] else "no", f"{p['decided']}/{p['sent']}",
+         figure(p.get("p50_ms")), figure(p.get("p99_ms")), figure(process_ms(p), 2),
          str(p.get("loadavg", "–"))]
         for i, p in enumerate(probes)
     ]  # fmt: skip
@@ -30,8 +30,8 @@ def _idle(idle: list[Mapping[str, Any]], rate: float | None) -> list[str]:
         cpu = r["cpu_ms_per_s"]
         own = sum(cpu.get(role, 0.0) for role in ROLES[:3])
         at_rate = f"{own / rate:.2f}" if rate else "–"
-        rows.append([str(r["fetch_max_wait_ms"]), *[_f(cpu.get(role)) for role in ROLES[:4]],
-                     _f(own), at_rate])  # fmt: skip
+        rows.append([str(r["fetch_max_wait_ms"]), *[figure(cpu.get(role)) for role in ROLES[:4]],
+                     figure(own), at_rate])  # fmt: skip
     return [
         "### Idle CPU and the fetch wait", "",
         "A warm moderator with no traffic for 20 s, CPU-ms per second by role. The embedded "
@@ -41,8 +41,8 @@ def _idle(idle: list[Mapping[str, Any]], rate: float | None) -> list[str]:
         "`fetch.min.bytes` 1) lets the wait be long at no cost in latency, and the longer rows "
         "are what idle costs there. The last column spreads the idle moderator's CPU over the "
         "moderator's goodput rate: what polling adds to each message's CPU at that rate.", "",
-        *_table(["fetch_max_wait_ms", *[f"{role} CPU-ms/s" for role in ROLES[:4]],
-                 "moderator CPU-ms/s", "per message at goodput (ms)"], rows),
+        *table(["fetch_max_wait_ms", *[f"{role} CPU-ms/s" for role in ROLES[:4]],
+                "moderator CPU-ms/s", "per message at goodput (ms)"], rows),
         "",
     ]  # fmt: skip
 
@@ -57,8 +57,8 @@ def section_goodput(g: Mapping[str, Any] | None, label: str, note: str = "") -> 
         HEADING, "",
         f"The highest open-loop rate at which p99 end to end (the load generator's send to its "
         f"receipt of the decision, harness included) stays <= {budget:.0f} ms with every message "
-        f"decided, found by search (`bench/goodput.py`): from {_f(g.get('start'))} msgs/s up by "
-        f"x{g.get('factor')} while probes pass, then geometric bisection until the lowest "
+        f"decided, found by search (`bench/goodput.py`): from {figure(g.get('start'))} msgs/s up "
+        f"by x{g.get('factor')} while probes pass, then geometric bisection until the lowest "
         f"failing rate is within {100 * float(g.get('resolution', 0)):.0f}% of the best, which "
         "is run once more to confirm it; a rate counts only while no probe at or below it has "
         f"failed. Each probe is one run of {g.get('duration_s')} s, a "
@@ -68,10 +68,10 @@ def section_goodput(g: Mapping[str, Any] | None, label: str, note: str = "") -> 
         "loop, the broker and the load generator. Host bound: the rate "
         f"{g.get('cores')} cores could carry if deciding cost no more than the bare model, "
         f"cores / (bare model + broker + load generator CPU per message); bare model "
-        f"{_f(g.get('bare_model_ms'), 2)} CPU-ms per message (one message per call, tokenizing "
+        f"{figure(g.get('bare_model_ms'), 2)} CPU-ms per message (one message per call, tokenizing "
         "included, in the bench process), broker and load generator from the run at the "
-        f"arm's goodput. Broker hop alone p50 {_f(hop.get('p50_ms'), 2)} ms, p99 "
-        f"{_f(hop.get('p99_ms'), 2)} ms ({label}).",
+        f"arm's goodput. Broker hop alone p50 {figure(hop.get('p50_ms'), 2)} ms, p99 "
+        f"{figure(hop.get('p99_ms'), 2)} ms ({label}).",
         "",
     ]  # fmt: skip
     if note:
@@ -85,12 +85,13 @@ def section_goodput(g: Mapping[str, Any] | None, label: str, note: str = "") -> 
         bound = a.get("host_bound")
         share = a["goodput"] / bound if a["goodput"] and bound else None
         confirmed = " (confirmed)" if a.get("confirmed") else " (one run: out of probes)"
-        goodput = _f(a["goodput"]) + (confirmed if a["goodput"] else "")
-        rows.append([NAMES.get(arm, arm), goodput, _f(at and at.get("p99_ms")),
-                     *[_f(cpu.get(role), 2) for role in ROLES], _f(at and process_ms(at), 2),
-                     _f(bound), "–" if share is None else f"{share:.0%}"])  # fmt: skip
-    out += _table(["arm", "goodput (msgs/s)", "p99 there", *ROLES, "process", "host bound",
-                   "of host bound"], rows)  # fmt: skip
+        goodput = figure(a["goodput"]) + (confirmed if a["goodput"] else "")
+        rows.append([NAMES.get(arm, arm), goodput, figure(at and at.get("p99_ms")),
+                     *[figure(cpu.get(role), 2) for role in ROLES],
+                     figure(at and process_ms(at), 2), figure(bound),
+                     "–" if share is None else f"{share:.0%}"])  # fmt: skip
+    out += table(["arm", "goodput (msgs/s)", "p99 there", *ROLES, "process", "host bound",
+                  "of host bound"], rows)  # fmt: skip
     out.append("")
     ours, theirs = (arms.get(k, {}).get("goodput") for k in ("moderator", "quix"))
     for key in ("moderator", "moderator-1"):
@@ -101,7 +102,7 @@ def section_goodput(g: Mapping[str, Any] | None, label: str, note: str = "") -> 
     out += _idle(g.get("idle") or [], ours)
     for arm, a in arms.items():
         out += [f"### Probes: {NAMES.get(arm, arm)}", ""]
-        out += _table(["#", "rate", "within budget", "decided", "p50", "p99", "process CPU-ms",
-                       "load average"], _probe_rows(a["probes"]), left=0)  # fmt: skip
+        out += table(["#", "rate", "within budget", "decided", "p50", "p99", "process CPU-ms",
+                      "load average"], _probe_rows(a["probes"]), left=0)  # fmt: skip
         out.append("")
     return out

@@ -16,7 +16,8 @@ NAMES = {"moderator": "moderator", "moderator-1": "moderator, 1 scoring thread",
          "quix": "Quix Streams"}  # fmt: skip
 
 
-def _f(value: float | None, digits: int = 1) -> str:
+def figure(value: float | None, digits: int = 1) -> str:
+    """`value` to `digits` decimals; a dash for a figure the run did not measure."""
     return "–" if value is None else f"{value:.{digits}f}"
 
 
@@ -34,10 +35,10 @@ def run_rows(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
         cpu = r.get("cpu_ms_per_msg") or {}
         out.append([
             NAMES.get(r["arm"], r["arm"]), str(r["pair"]), f"{r['decided']}/{r['sent']}",
-            _f(r.get("p50_ms")), _f(r.get("p99_ms")), _f(r.get("p999_ms")),
+            figure(r.get("p50_ms")), figure(r.get("p99_ms")), figure(r.get("p999_ms")),
             f"{100 * float(r.get('over_budget_ratio') or 0):.0f}%",
-            *[_f(cpu.get(role), 2) for role in ROLES], _f(process_ms(r), 2),
-            _f(cpu.get("total"), 2), str(r.get("loadavg", "–")),
+            *[figure(cpu.get(role), 2) for role in ROLES], figure(process_ms(r), 2),
+            figure(cpu.get("total"), 2), str(r.get("loadavg", "–")),
         ])  # fmt: skip
     return out
 
@@ -55,7 +56,8 @@ def arm_summary(runs: Sequence[Mapping[str, Any]], rate: float, arm: str) -> dic
     }
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+    """A Markdown table's lines, its first `left` columns left-aligned, the rest right."""
     align = [":---"] * left + ["---:"] * (len(header) - left)
     return ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |",
             *["| " + " | ".join(row) + " |" for row in rows]]  # fmt: skip
@@ -87,7 +89,7 @@ def section_peer(peer: Mapping[str, Any] | None, label: str, note: str = "") -> 
         "threads (librdkafka's, ONNX Runtime's pool); \"process\" is the three roles of the "
         "deciding process, without the broker and the load generator. "
         f"Runs of {peer.get('duration_s')} s each; broker hop alone p50 "
-        f"{_f(hop.get('p50_ms'), 2)} ms, p99 {_f(hop.get('p99_ms'), 2)} ms.",
+        f"{figure(hop.get('p50_ms'), 2)} ms, p99 {figure(hop.get('p99_ms'), 2)} ms.",
         "",
     ]  # fmt: skip
     if note:
@@ -98,25 +100,25 @@ def section_peer(peer: Mapping[str, Any] | None, label: str, note: str = "") -> 
             "Quix Streams turns on). Everything not listed is the library's default.",
             ""]  # fmt: skip
     settings = [[w, f"`{k}`", f"`{v}`"] for w, k, v in peer.get("settings") or []]
-    out += _table(["where", "setting", "value"], settings, left=2)
+    out += table(["where", "setting", "value"], settings, left=2)
     out.append("")
     for rate in peer.get("rates") or []:
         rows = [r for r in runs if r["rate"] == round(rate, 1)]
         if not rows:
             continue
-        out += [f"### Open loop at {_f(rate)} msgs/s ({label})", ""]
-        out += _table(["arm", "pair", "decided", "p50", "p99", "p99.9", f"over {BUDGET_MS:.0f} ms",
-                       *ROLES, "process", "total", "load average"], run_rows(rows))  # fmt: skip
+        out += [f"### Open loop at {figure(rate)} msgs/s ({label})", ""]
+        out += table(["arm", "pair", "decided", "p50", "p99", "p99.9", f"over {BUDGET_MS:.0f} ms",
+                      *ROLES, "process", "total", "load average"], run_rows(rows))  # fmt: skip
         out.append("")
         ours, theirs = (arm_summary(runs, rate, arm) for arm in ARMS)
         if ours and theirs:
             ratio = ours["process_ms"] / theirs["process_ms"] if theirs["process_ms"] else None
             out += [
-                f"Medians over the pairs: moderator p50 {_f(ours['p50_ms'])} ms, p99 "
-                f"{_f(ours['p99_ms'])} ms; Quix Streams p50 {_f(theirs['p50_ms'])} ms, p99 "
-                f"{_f(theirs['p99_ms'])} ms. Process CPU per decided message (mean): "
-                f"moderator {_f(ours['process_ms'], 2)} ms, Quix Streams "
-                f"{_f(theirs['process_ms'], 2)} ms (moderator / peer {_f(ratio, 2)}). "
+                f"Medians over the pairs: moderator p50 {figure(ours['p50_ms'])} ms, p99 "
+                f"{figure(ours['p99_ms'])} ms; Quix Streams p50 {figure(theirs['p50_ms'])} ms, p99 "
+                f"{figure(theirs['p99_ms'])} ms. Process CPU per decided message (mean): "
+                f"moderator {figure(ours['process_ms'], 2)} ms, Quix Streams "
+                f"{figure(theirs['process_ms'], 2)} ms (moderator / peer {figure(ratio, 2)}). "
                 f"Missing decisions: moderator {ours['missing']:.0f}, Quix Streams "
                 f"{theirs['missing']:.0f}.",
                 "",

@@ -86,12 +86,12 @@ WORDS = {
 def lines(n: int = 1500, seed: int = 20261123) -> list[tuple[str, tuple[float, ...]]]:
     """n benign lines (all-zero targets), chat-styled like the template corpus."""
     rng = random.Random(seed)
-    words = {**corpus._split_words(heldout=False), **WORDS}
+    words = {**corpus.split_words(heldout=False), **WORDS}
     probe = {normalize_text(p.text).lower() for p in identity.probe()}
     zero = tuple(0.0 for _ in corpus.LABELS)
     out: list[tuple[str, tuple[float, ...]]] = []
     while len(out) < n:
-        text = corpus.chatify(corpus._fill(rng.choice(FRAMES), words, rng), rng, words)
+        text = corpus.chatify(corpus.fill(rng.choice(FRAMES), words, rng), rng, words)
         if normalize_text(text).lower() not in probe and not corpus.VULGAR.search(text.lower()):
             out.append((text, zero))
     return out

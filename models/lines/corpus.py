@@ -85,7 +85,7 @@ class Example:
     template: str
 
 
-def _split_words(heldout: bool) -> dict[str, list[str]]:
+def split_words(heldout: bool) -> dict[str, list[str]]:
     """Every HELDOUT_WORD_EVERY-th word of each list is held out; held-out lines may use all."""
     if heldout:
         return {k: list(v) for k, v in W.items()}
@@ -95,7 +95,8 @@ def _split_words(heldout: bool) -> dict[str, list[str]]:
     }
 
 
-def _fill(template: str, words: dict[str, list[str]], rng: random.Random) -> str:
+def fill(template: str, words: dict[str, list[str]], rng: random.Random) -> str:
+    """`template` with each `{slot}` replaced by a word drawn from `words[slot]`."""
     return _SLOT.sub(lambda m: rng.choice(words[m.group(1)]), template)
 
 
@@ -201,8 +202,8 @@ def _labels_for(text: str, labels: tuple[str, ...]) -> tuple[str, ...]:
 def generate(seed: int = SEED) -> tuple[list[Example], list[Example]]:
     """Return (train, heldout): disjoint by template, by normalised text, and partly by word."""
     rng = random.Random(seed)
-    train_words = _split_words(heldout=False)
-    all_words = _split_words(heldout=True)
+    train_words = split_words(heldout=False)
+    all_words = split_words(heldout=True)
     train: dict[str, Example] = {}
     held: dict[str, Example] = {}
     for category, (count, templates) in CATEGORIES.items():
@@ -215,7 +216,7 @@ def generate(seed: int = SEED) -> tuple[list[Example], list[Example]]:
             for _ in range(per_template * 6):
                 if made >= per_template:
                     break
-                raw = _fill(template, words, rng)
+                raw = fill(template, words, rng)
                 line = chatify(raw, rng, words)
                 if rng.random() < OBFUSCATE_SHARE:
                     line = obfuscate(line, rng)

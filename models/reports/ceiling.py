@@ -153,7 +153,7 @@ def probe_score(lines: Sequence[Line]) -> Callable[[Sequence[str]], Scores]:
         with torch.no_grad():
             for start in range(0, len(order), 64):
                 rows = order[start : start + 64]
-                x, m = train._pad(ids, rows)
+                x, m = train.pad(ids, rows)
                 out[rows] = encoder.pooled(x, m).numpy()
         return out
 

