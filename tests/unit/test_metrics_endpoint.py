@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from collections.abc import Iterator
 from urllib.error import HTTPError
 from urllib.request import Request, urlopen
@@ -17,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from moderator import policy
 from moderator.metrics import DEAD_LETTER_REASONS, DEFAULT_ACTIONS, Metrics, MetricsServer
 from tests.promql import REPO
+from tests.waiting import eventually, eventually_blocking
 
 
 def has_ipv6_loopback() -> bool:
@@ -96,20 +96,21 @@ def test_healthz_fails_while_the_event_loop_is_blocked() -> None:
     srv = MetricsServer("127.0.0.1", 0, Metrics(), stale_after_s=0.2)
     srv.start()
 
-    async def main() -> list[int]:
+    def health() -> int:
+        return get(srv, "/healthz")[0]
+
+    async def healthy() -> bool:
+        return await asyncio.to_thread(health) == 200
+
+    async def main() -> None:
         beating = asyncio.create_task(srv.heartbeat(every_s=0.01))
-        seen = [await asyncio.to_thread(lambda: get(srv, "/healthz")[0])]
-        while seen[-1] == 200 and len(seen) < 1000:  # blocks the loop: no await in here
-            time.sleep(0.05)  # noqa: ASYNC251 (blocking the loop is the point)
-            seen.append(get(srv, "/healthz")[0])
-        await asyncio.sleep(0.05)  # the loop turns: a fresh heartbeat
-        seen.append(await asyncio.to_thread(lambda: get(srv, "/healthz")[0]))
+        assert await healthy()
+        # Blocks the loop (the thread sleeps between checks, nothing awaits): the point.
+        eventually_blocking(lambda: health() == 503, "/healthz fails while the loop is blocked")
+        await eventually(healthy, "/healthz answers 200 again once the loop turns")
         beating.cancel()
-        return seen
 
     try:
-        seen = asyncio.run(main())
+        asyncio.run(main())
     finally:
         srv.stop()
-    assert seen[0] == 200
-    assert seen[-2:] == [503, 200], seen
