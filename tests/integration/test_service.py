@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import urllib.request
 from typing import Any
@@ -30,7 +31,14 @@ from moderator.records import (
 from moderator.service import Moderator
 from moderator.topics import ensure_topics
 from tests.contract import check_dead_letter_headers
-from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
+from tests.integration.kafka_io import (
+    chat,
+    consume,
+    decisions_by_id,
+    distinct_ids,
+    produce,
+    read_to_end,
+)
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -504,16 +512,15 @@ async def test_auto_offset_reset_latest_leaves_the_retained_backlog_alone(
         await service.wait_ready(30)
         # The start position is looked up at the first fetch: send fresh lines until one is
         # decided, so none can fall before it unseen.
-        decided: dict[str, dict[str, Any]] = {}
-        for round_ in range(30):
+        rounds = itertools.count()
+
+        async def fresh_lines_decided() -> dict[str, dict[str, Any]]:
+            round_ = next(rounds)
             fresh = [chat(1000 + round_ * 10 + i, f"fresh line {i}") for i in range(10)]
             await produce(settings.kafka_bootstrap, settings.in_topic, fresh)
-            out = await consume(settings.kafka_bootstrap, settings.out_topic,
-                                until=lambda r: bool(r), timeout_s=2)  # fmt: skip
-            decided = decisions_by_id(out)
-            if decided:
-                break
-    assert decided, "fresh lines were decided"
+            return decisions_by_id(await read_to_end(settings.kafka_bootstrap, settings.out_topic))
+
+        decided = await eventually(fresh_lines_decided, "fresh lines were decided", timeout_s=60)
     assert not {f"m-{i}" for i in range(20)} & set(decided)
 
 
