@@ -29,6 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from devstack.embedded import free_port
 from moderator.cli import COMMANDS
+from tests.waiting import eventually_blocking
 
 REPO = Path(__file__).resolve().parents[2]
 # Each run's screenshots; `make screenshots` copies them to docs/, which the README shows (a test
@@ -114,14 +115,7 @@ def _answers(url: str) -> bool:
 
 def until(condition: Callable[[], T], what: str, timeout_s: float = WAIT_S) -> T:
     """`condition()`'s first truthy value; fails naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting until {what}")
-        time.sleep(0.05)
+    return eventually_blocking(condition, what, timeout_s=timeout_s, poll_s=0.05)
 
 
 def chromium() -> WebDriver:
@@ -248,15 +242,20 @@ def read_until(
         "enable.auto.commit": False,
     })  # fmt: skip
     seen: list[dict[str, Any]] = []
+
+    def read_more() -> bool:
+        if done(seen):
+            return True
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            seen.append(orjson.loads(message.value()))
+        return done(seen)
+
     try:
-        deadline = time.monotonic() + WAIT_S
         partitions = consumer.list_topics(topic, timeout=WAIT_S).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
-        while not done(seen):
-            assert time.monotonic() < deadline, f"{topic}: only {seen} within {WAIT_S} s"
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                seen.append(orjson.loads(message.value()))
+        eventually_blocking(read_more, lambda: f"{topic} holds what is awaited: only {seen}",
+                            timeout_s=WAIT_S, poll_s=0)  # fmt: skip
     finally:
         consumer.close()
     return seen
