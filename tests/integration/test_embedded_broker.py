@@ -10,6 +10,7 @@ from aiokafka.structs import TopicPartition
 
 from devstack.embedded import EmbeddedKafka
 from moderator.topics import ensure_topics
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -39,11 +40,13 @@ async def test_tansu_reports_the_last_batch_start_as_the_end_offset(kafka: Embed
     try:
         assert (await consumer.end_offsets([tp]))[tp] == 1, "one batch: its base offset + 1"
         again: list[int] = []
-        for _ in range(20):  # the group's join comes first; then the rest of the batch
-            reread = await consumer.getmany(timeout_ms=500)
-            again += [r.offset for records in reread.values() for r in records]
-            if len(again) >= RECORDS - 1:
-                break
+
+        async def reread() -> bool:  # the group's join comes first; then the rest of the batch
+            fetched = await consumer.getmany(timeout_ms=500)
+            again.extend(r.offset for records in fetched.values() for r in records)
+            return len(again) >= RECORDS - 1
+
+        await eventually(reread, lambda: f"the batch was read again (got {again})", poll_s=0)
         assert again == list(range(1, RECORDS)), "a fresh `latest` group re-reads the batch"
         assert consumer.highwater(tp) == RECORDS, "a fetch reports the true high-water mark"
     finally:

@@ -3,7 +3,6 @@ model and the policy decide it in-process."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import orjson
@@ -13,6 +12,7 @@ from bench import quix_peer
 from bench.stack import PARTITIONS, create_topics, drain_records, encode_messages
 from devstack.embedded import EmbeddedKafka
 from loadgen.kafka import TopicSet, make_consumer
+from tests.waiting import eventually
 
 
 async def read_all(bootstrap: str, topic: str, n: int) -> list[dict[str, object]]:
@@ -24,10 +24,14 @@ async def read_all(bootstrap: str, topic: str, n: int) -> list[dict[str, object]
         partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
-        async with asyncio.timeout(30):
-            while len(out) < n:
-                for records in (await consumer.getmany(timeout_ms=200)).values():
-                    out += [orjson.loads(r.value) for r in records if r.value is not None]
+
+        async def read_more() -> bool:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                out.extend(orjson.loads(r.value) for r in records if r.value is not None)
+            return len(out) >= n
+
+        await eventually(read_more, lambda: f"{topic} holds {n} records (read {len(out)})",
+                         timeout_s=30, poll_s=0)  # fmt: skip
     finally:
         await consumer.stop()
     return out
