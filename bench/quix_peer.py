@@ -27,7 +27,7 @@ from typing import Any
 from bench.artifacts import BENCH_BUILD_DIR
 from moderator.classifier import Classifier
 from moderator.config import REPO_ROOT
-from moderator.policy import EMPTY_TEXT, Policy, Verdict
+from moderator.policy import EMPTY_TEXT, Policy, Ruling
 
 QUIXSTREAMS = "quixstreams==3.28.1"  # as tools/pyproject.toml's `peer` extra and constraints.txt
 PEER_SITE = BENCH_BUILD_DIR / "peer-site"
@@ -88,7 +88,7 @@ class Decider:
     def __call__(self, message: Mapping[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
         text = self.policy.without_allowed(str(message.get("text", "")))
-        verdict = self.policy.deny_verdict(text)
+        verdict = self.policy.deny_ruling(text)
         scores: dict[str, float] = {}
         if verdict is None:
             (ids,) = self.classifier.encode([text])
@@ -104,7 +104,7 @@ class Decider:
 
 def decision(
     message: Mapping[str, Any],
-    verdict: Verdict,
+    verdict: Ruling,
     scores: Mapping[str, float],
     *,
     model: str,

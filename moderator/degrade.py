@@ -16,7 +16,7 @@ from pathlib import Path
 
 from moderator.config import DEGRADED_MODES, Settings
 from moderator.errors import ConfigError
-from moderator.policy import Verdict
+from moderator.policy import Ruling
 from moderator.terms import Term, TermMatcher
 
 DENYLIST_REASON = "denylist"
@@ -47,14 +47,14 @@ class Fallback:
         phrases = [line.split("#", 1)[0].strip() for line in text.splitlines()]
         return cls(mode, [p for p in phrases if p])
 
-    def decide(self, text: str) -> Verdict:
+    def decide(self, text: str) -> Ruling:
         if self.mode == "allow":
-            return Verdict("allow", OVERLOAD_REASON)
+            return Ruling("allow", OVERLOAD_REASON)
         if self.mode == "block":
-            return Verdict("block", OVERLOAD_REASON)
+            return Ruling("block", OVERLOAD_REASON)
         if self._matcher.find(text):
-            return Verdict("block", DENYLIST_REASON)
-        return Verdict("allow", None)
+            return Ruling("block", DENYLIST_REASON)
+        return Ruling("allow", None)
 
 
 def fallback_for(settings: Settings) -> Fallback | None:

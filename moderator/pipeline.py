@@ -4,7 +4,7 @@ Parse and validate, find the channel's policy, let the users' rules decide the m
 muted, flooding or spamming users and refused links (moderator/users.py), then moderators'
 overrides of the same text (moderator/overrides.py), screen each text (its deny terms or empty
 text decide without the model, a long text is cut into windows, the language gate names a
-language the model does not read; moderator/verdicts.py, shared with `moderator score`), look
+language the model does not read; moderator/screen.py, shared with `moderator score`), look
 the scores of the rest up in the cache, send the misses to the model (each window a row of the
 micro-batcher, gathered; identical texts are scored once), apply the policy, count strikes and
 move an action up past the policy's limit (the users' rules again), encode the decision, and
@@ -32,7 +32,7 @@ from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
 from moderator.overrides import REASON as OVERRIDE_REASON
 from moderator.overrides import Overrides
-from moderator.policy import Policy, Verdict
+from moderator.policy import Policy, Ruling
 from moderator.records import (
     ChatMessage,
     InboundRecord,
@@ -44,16 +44,16 @@ from moderator.records import (
     parse_message,
 )
 from moderator.review import Review
+from moderator.screen import Judged, Reader, Screened, judge, screen
 from moderator.turns import Turn
 from moderator.users import Escalated, Escalation, UserTurns
-from moderator.verdicts import Judged, Reader, Screened, judge, screen
 
 
 class _Decision(NamedTuple):
-    """A message's verdict and the rest of its record, encoded once the batch is decided (the
+    """A message's ruling and the rest of its record, encoded once the batch is decided (the
     users' rules may still move the action up and count the strike)."""
 
-    verdict: Verdict
+    ruling: Ruling
     fields: dict[str, Any]  # encode_decision's other arguments
 
 
@@ -158,12 +158,12 @@ class Pipeline:
             actions = self.overrides.decide([m.chat for m in undecided])
             for m, action in zip(undecided, actions, strict=True):
                 if action is not None:
-                    judged = Judged(Verdict(action, OVERRIDE_REASON), {}, (0, len(m.chat.text)))
+                    judged = Judged(Ruling(action, OVERRIDE_REASON), {}, (0, len(m.chat.text)))
                     m.decision = self._decide(m, fetched, judged)
             undecided = [m for m in undecided if m.decision is None]
         screened = screen(self.reader, [(m.policy, m.chat.text) for m in undecided])
         for m, text in zip(undecided, screened, strict=True):
-            if text.verdict is not None:  # decided without the model: a deny term, empty text
+            if text.ruling is not None:  # decided without the model: a deny term, empty text
                 m.decision = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
             else:
                 m.screened, m.key = text, text.key(self.model_sha256, self.reader)
@@ -199,7 +199,7 @@ class Pipeline:
             m.decision = self._decide_on_scores(
                 m, fetched, s.scores, cached=False, score_s=s.score_s, queued_s=s.queued_s
             )
-        decided = [(m.chat, m.policy, _decided(m).verdict) for m in messages]
+        decided = [(m.chat, m.policy, _decided(m).ruling) for m in messages]
         if self.users is not None:  # strikes, and one step up the ladder past the limit
             users = await self.users.after(decided, user_turns.after if user_turns else None)
         else:
@@ -266,7 +266,7 @@ class Pipeline:
             queued_s = total_s - score_s
         decided_at_ms = int(time.time() * 1000)
         over_budget = decided_at_ms - msg.sent_at_ms > self.budget_ms
-        verdict = judged.verdict
+        verdict = judged.ruling
         fields: dict[str, Any] = dict(
             scores=judged.scores,
             model=self.model_ident,

@@ -51,9 +51,9 @@ LIST_KEYS = ("deny", "allow")  # merged by appending, the rest by replacing
 REVIEW = "review"  # a human should look; a policy without it uses its least severe action
 
 
-class Verdict(NamedTuple):
-    """An action, its reason (the label that triggered it, a reason code, or None) and the
-    severity that triggered it."""
+class Ruling(NamedTuple):
+    """The policy's ruling: an action, its reason (the label that triggered it, a reason code,
+    or None) and the severity that triggered it; a moderator's verdict is `records.Verdict`."""
 
     action: str
     reason: str | None
@@ -61,7 +61,7 @@ class Verdict(NamedTuple):
 
 
 # Nothing left to score after normalisation (only spaces, emoji the tokenizer drops, ...).
-EMPTY_TEXT = Verdict(ALLOW, EMPTY_TEXT_REASON)
+EMPTY_TEXT = Ruling(ALLOW, EMPTY_TEXT_REASON)
 
 
 class Rule(NamedTuple):
@@ -224,7 +224,7 @@ class Policy:
         """`text` with its allowed phrases cut out: what deny matching and the model see."""
         return text if self.terms is None else self.terms.without_allowed(text)
 
-    def deny_verdict(self, text: str) -> Verdict | None:
+    def deny_ruling(self, text: str) -> Ruling | None:
         """The most severe action of the deny terms in `text` (allowed phrases do not count),
         or None when none matches: then the model decides."""
         if self.terms is None:
@@ -238,9 +238,9 @@ class Policy:
             return None
         term = best[1]
         reason = f"{DENY_REASON}:{term.source}:{term.category}"
-        return Verdict(self.actions[best[0]], reason, term.severity)
+        return Ruling(self.actions[best[0]], reason, term.severity)
 
-    def decide(self, scores: Mapping[str, float]) -> Verdict:
+    def decide(self, scores: Mapping[str, float]) -> Ruling:
         """The most severe action any label reaches, that label and its severity; `allow` if
         none does.
 
@@ -262,8 +262,8 @@ class Policy:
                         best = candidate
                     break
         if best is None:
-            return Verdict(ALLOW, None)
-        return Verdict(self.actions[best[0]], self.rules[-best[3]].label, SEVERITIES[best[1]])
+            return Ruling(ALLOW, None)
+        return Ruling(self.actions[best[0]], self.rules[-best[3]].label, SEVERITIES[best[1]])
 
 
 def read_spec(path: Path | None = None) -> dict[str, Any]:

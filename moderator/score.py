@@ -23,8 +23,8 @@ from moderator.metrics import Metrics
 from moderator.policy import Policy
 from moderator.progress import Progress
 from moderator.records import ChatMessage, json_type, required_string
+from moderator.screen import Judged, Reader, decide_texts
 from moderator.users import Escalated, Escalation
-from moderator.verdicts import Judged, Reader, decide_texts
 
 # What `moderator score` reads, said in its help and in every input error.
 SCORE_INPUT = 'one JSON object per line with a string field "text", e.g. {"text": "gg wp"}'
@@ -166,7 +166,7 @@ def decide_lines(
     for row in rows:
         if "error" not in row:
             judged, up = next(decided)
-            verdict = judged.verdict
+            verdict = judged.ruling
             row.update(
                 action=up.action,
                 reason=verdict.reason,
@@ -213,10 +213,10 @@ def _judged(
     out = []
     for row, chat, judged in zip(rows, chats, scored, strict=True):
         if users is None or chat is None:
-            out.append((judged, Escalated(judged.verdict.action, 0, False)))
+            out.append((judged, Escalated(judged.ruling.action, 0, False)))
             continue
         early = users.before_local([(chat, policy)])[0]
         if early is not None:
             judged = Judged(early, {}, (0, len(str(row["text"]))))
-        out.append((judged, users.after_local([(chat, policy, judged.verdict)])[0]))
+        out.append((judged, users.after_local([(chat, policy, judged.ruling)])[0]))
     return out

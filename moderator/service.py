@@ -36,10 +36,10 @@ from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
 from moderator.review import review_for
+from moderator.screen import Reader
 from moderator.tasks import Supervisor, cancel
 from moderator.users import Escalation
 from moderator.verdict_intake import VerdictIntake
-from moderator.verdicts import Reader
 
 log = logging.getLogger(__name__)
 

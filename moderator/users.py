@@ -42,7 +42,7 @@ from redis.retry import Retry
 from moderator.cache import WARN_EVERY_S
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
-from moderator.policy import Policy, Verdict
+from moderator.policy import Policy, Ruling
 from moderator.records import ChatMessage
 from moderator.redaction import redact_url
 from moderator.tasks import reraise_cancel
@@ -122,7 +122,7 @@ class Escalation:
 
     async def before(
         self, items: Sequence[tuple[ChatMessage, Policy]], turn: Turn | None = None
-    ) -> list[Verdict | None]:
+    ) -> list[Ruling | None]:
         """Per message, the decision the user rules make without the model, or None; after the
         before steps of the batches fetched earlier (`turn`), which it then finishes."""
         counted = _counted_before(items)
@@ -133,13 +133,13 @@ class Escalation:
         )
         return self._before(items, counted, codes)
 
-    def before_local(self, items: Sequence[tuple[ChatMessage, Policy]]) -> list[Verdict | None]:
+    def before_local(self, items: Sequence[tuple[ChatMessage, Policy]]) -> list[Ruling | None]:
         """`before` on this process's state alone (`moderator score`)."""
         counted = _counted_before(items)
         return self._before(items, counted, self.memory.before([s for _, s in counted]))
 
     async def after(
-        self, items: Sequence[tuple[ChatMessage, Policy, Verdict]], turn: Turn | None = None
+        self, items: Sequence[tuple[ChatMessage, Policy, Ruling]], turn: Turn | None = None
     ) -> list[Escalated]:
         """Per decided message, its action (one step up when escalated) and the user's strikes;
         after the after steps of the batches fetched earlier (`turn`), which it then finishes."""
@@ -151,7 +151,7 @@ class Escalation:
         )
         return self._after(items, counted, results)
 
-    def after_local(self, items: Sequence[tuple[ChatMessage, Policy, Verdict]]) -> list[Escalated]:
+    def after_local(self, items: Sequence[tuple[ChatMessage, Policy, Ruling]]) -> list[Escalated]:
         """`after` on this process's state alone (`moderator score`)."""
         counted = _counted_after(items)
         return self._after(items, counted, self.memory.after([s for _, s in counted]))
@@ -161,13 +161,13 @@ class Escalation:
         items: Sequence[tuple[ChatMessage, Policy]],
         counted: list[tuple[int, Seen]],
         codes: list[int],
-    ) -> list[Verdict | None]:
+    ) -> list[Ruling | None]:
         found = {i: code for (i, _), code in zip(counted, codes, strict=True)}
-        out: list[Verdict | None] = []
+        out: list[Ruling | None] = []
         for i, (msg, policy) in enumerate(items):
             verdict = _verdict(policy, found.get(i, 0))
             if verdict is None and (domain := policy.users.link_domain(msg.text)) is not None:
-                verdict = Verdict(policy.users.link_action, f"{LINK_REASON}:{domain}")
+                verdict = Ruling(policy.users.link_action, f"{LINK_REASON}:{domain}")
             if verdict is not None and verdict.reason is not None:
                 self.metrics.user_rules.labels(verdict.reason.split(":", 1)[0]).inc()
             out.append(verdict)
@@ -175,7 +175,7 @@ class Escalation:
 
     def _after(
         self,
-        items: Sequence[tuple[ChatMessage, Policy, Verdict]],
+        items: Sequence[tuple[ChatMessage, Policy, Ruling]],
         counted: list[tuple[int, Strike]],
         results: list[tuple[int, bool]],
     ) -> list[Escalated]:
@@ -249,7 +249,7 @@ def _counted_before(items: Sequence[tuple[ChatMessage, Policy]]) -> list[tuple[i
 
 
 def _counted_after(
-    items: Sequence[tuple[ChatMessage, Policy, Verdict]],
+    items: Sequence[tuple[ChatMessage, Policy, Ruling]],
 ) -> list[tuple[int, Strike]]:
     return [
         (i, _strike(msg, policy, verdict))
@@ -275,7 +275,7 @@ def _seen(msg: ChatMessage, policy: Policy) -> Seen | None:
     return Seen(*ids, *flood, repeat_k, rules.repeat_window_s * 1000, digest)
 
 
-def _strike(msg: ChatMessage, policy: Policy, verdict: Verdict) -> Strike:
+def _strike(msg: ChatMessage, policy: Policy, verdict: Ruling) -> Strike:
     rules = policy.users
     # A muted message is no strike: a mute would otherwise renew itself.
     flagged = verdict.action != policy.actions[0] and verdict.reason != MUTED_REASON
@@ -286,12 +286,12 @@ def _strike(msg: ChatMessage, policy: Policy, verdict: Verdict) -> Strike:
     )
 
 
-def _verdict(policy: Policy, code: int) -> Verdict | None:
+def _verdict(policy: Policy, code: int) -> Ruling | None:
     rules = policy.users
     if code == MUTED:
-        return Verdict("block" if "block" in policy.actions else policy.actions[-1], MUTED_REASON)
+        return Ruling("block" if "block" in policy.actions else policy.actions[-1], MUTED_REASON)
     if code == RATE_LIMITED:
-        return Verdict(rules.flood_action, RATE_LIMITED_REASON)
+        return Ruling(rules.flood_action, RATE_LIMITED_REASON)
     if code == SPAM:
-        return Verdict(rules.repeat_action, SPAM_REASON)
+        return Ruling(rules.repeat_action, SPAM_REASON)
     return None

@@ -11,7 +11,7 @@ from hypothesis import settings as hypothesis_settings
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.language import LanguageGate
-from moderator.verdicts import Reader
+from moderator.screen import Reader
 
 # These machines are shared and noisy: Hypothesis must judge inputs, never wall-clock time.
 hypothesis_settings.register_profile(

@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from moderator.classifier import Classifier
-from moderator.policy import DEFAULT_ACTIONS, Verdict
+from moderator.policy import DEFAULT_ACTIONS, Ruling
 
-Decide = Callable[[Mapping[str, float]], Verdict]  # Policy.decide
+Decide = Callable[[Mapping[str, float]], Ruling]  # Policy.decide
 Matrix = npt.NDArray[np.float32]
 
 

@@ -105,7 +105,7 @@ def runtime_judge(classifier: Classifier, policy: Policy, batch: int = SCORE_BAT
     """What `moderator score` decides for each text (`verdicts.decide_texts`, the path it and the
     pipeline share), `batch` lines at a time as it reads them."""
     from moderator.language import LanguageGate
-    from moderator.verdicts import Reader, decide_texts
+    from moderator.screen import Reader, decide_texts
 
     reader = Reader(classifier, gate=LanguageGate())  # windows and the language gate, as it runs
 
@@ -113,7 +113,7 @@ def runtime_judge(classifier: Classifier, policy: Policy, batch: int = SCORE_BAT
         out: list[Decision] = []
         for start in range(0, len(texts), batch):
             for judged in decide_texts(reader, policy, texts[start : start + batch]):
-                out.append(Decision(judged.verdict.action, judged.verdict.reason))
+                out.append(Decision(judged.ruling.action, judged.ruling.reason))
         return out
 
     return judge

@@ -22,7 +22,7 @@ from devstack.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator.classifier import Classifier
 from moderator.config import Settings
 from moderator.metrics import Metrics
-from moderator.policy import Policy, Verdict, read_spec
+from moderator.policy import Policy, Ruling, read_spec
 from moderator.records import ChatMessage
 from moderator.service import Moderator
 from moderator.users import Escalation
@@ -119,7 +119,7 @@ async def test_the_lua_script_and_the_per_process_state_agree(redis_server: Embe
             before = await shared.before(items)
             assert before == await local.before(items)
             reasons.update(v.reason for v in before if v is not None)
-            verdicts = [v or Verdict(rng.choice(["allow", "nudge"]), None) for v in before]
+            verdicts = [v or Ruling(rng.choice(["allow", "nudge"]), None) for v in before]
             after_items = [(m, p, v) for m, v in zip(msgs, verdicts, strict=True)]
             after = await shared.after(after_items)
             assert after == await local.after(after_items)

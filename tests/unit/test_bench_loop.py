@@ -14,7 +14,7 @@ from bench import loop, loop_report, report
 from devstack.child import Samples
 from loadgen.traffic import TrafficGenerator
 from moderator.metrics import Metrics
-from moderator.policy import Policy, Verdict
+from moderator.policy import Policy, Ruling
 from moderator.records import ChatMessage
 from moderator.users import Escalation
 
@@ -64,7 +64,7 @@ def test_every_users_rule_is_on_and_the_traffic_trips_none(tmp_path: Path) -> No
     msgs = chats(N)  # one backlog: every message in the same instant, the flood's worst case
     users = Escalation(Metrics())
     assert users.before_local([(m, policy) for m in msgs]) == [None] * N
-    flagged = Verdict("nudge", "insult")  # as if the model flagged every message
+    flagged = Ruling("nudge", "insult")  # as if the model flagged every message
     after = users.after_local([(m, policy, flagged) for m in msgs])
     assert not any(e.escalated for e in after)
     assert {e.action for e in after} == {"nudge"}

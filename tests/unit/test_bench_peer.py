@@ -14,7 +14,7 @@ import pytest
 from bench import loop_report, peer, peer_report, quix_peer
 from moderator.classifier import Classifier
 from moderator.config import REPO_ROOT
-from moderator.policy import Policy, Verdict
+from moderator.policy import Policy, Ruling
 
 MESSAGE = {"message_id": "m-1", "channel_id": "c-1", "user_id": "u-1", "text": "hi",
            "sent_at_ms": 1}  # fmt: skip
@@ -58,12 +58,12 @@ def test_the_pin_is_the_extras_and_the_constraints() -> None:
 
 @pytest.mark.parametrize(
     ("verdict", "scores"),
-    [(Verdict("allow", None), {"toxicity": 0.01}),
-     (Verdict("block", "threat", "high"), {"threat": 0.991234, "toxicity": 0.5}),
-     (Verdict("allow", "empty_text"), {})],
+    [(Ruling("allow", None), {"toxicity": 0.01}),
+     (Ruling("block", "threat", "high"), {"threat": 0.991234, "toxicity": 0.5}),
+     (Ruling("allow", "empty_text"), {})],
 )  # fmt: skip
 def test_a_decision_is_a_valid_record_of_its_message(
-    verdict: Verdict, scores: dict[str, float]
+    verdict: Ruling, scores: dict[str, float]
 ) -> None:
     record = quix_peer.decision(MESSAGE, verdict, scores, model="m@1", policy="p@1",
                                 score_ms=2.34567, now_ms=1000)  # fmt: skip

@@ -22,7 +22,7 @@ from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
 from moderator.policy import DEFAULT_ACTIONS, Policy
 from moderator.score import decide_lines
-from moderator.verdicts import Reader
+from moderator.screen import Reader
 
 
 def test_the_default_model_meets_the_contract(classifier: Classifier) -> None:

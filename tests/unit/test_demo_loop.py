@@ -90,12 +90,12 @@ def test_the_demo_users_word_is_nudged_without_the_model_and_other_chat_is_not(
     policy = Policy.load(demo_loop.demo_policy(tmp_path, None))
     assert len(demo_loop.FLAGGED) > demo_loop.STRIKES  # one line past the limit
     for text in demo_loop.FLAGGED:
-        verdict = policy.deny_verdict(text)
+        verdict = policy.deny_ruling(text)
         assert verdict is not None
         assert (verdict.action, verdict.reason) == ("nudge", "deny:policy:demo")
-    assert policy.deny_verdict(demo_loop.WHILE_MUTED) is None
-    assert policy.deny_verdict(demo_loop.AFTER_MUTE) is None
-    assert Policy.load(None).deny_verdict(demo_loop.FLAGGED[0]) is None  # the demo's word alone
+    assert policy.deny_ruling(demo_loop.WHILE_MUTED) is None
+    assert policy.deny_ruling(demo_loop.AFTER_MUTE) is None
+    assert Policy.load(None).deny_ruling(demo_loop.FLAGGED[0]) is None  # the demo's word alone
 
 
 def decision(action: str, reason: str | None, strikes: int, escalated: bool) -> dict[str, object]:

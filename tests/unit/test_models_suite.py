@@ -14,7 +14,7 @@ from models.evaluation.suite import Case, Decision, Scorer
 from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
 from moderator.language import LanguageGate
-from moderator.policy import Policy, Verdict
+from moderator.policy import Policy, Ruling
 
 WANTED_HATEFUL = {
     "threat_direct", "threat_normative", "dehumanisation", "derogation_implicit",
@@ -190,7 +190,7 @@ def test_our_model_is_judged_as_moderator_score_decides(shipped: tuple[Classifie
         verdict = policy.decide(classifier.as_dict(row))
         code = gate.detect(text)  # a language the model does not read goes to review
         if code is not None and policy.rank("review") > policy.rank(verdict.action):
-            verdict = Verdict("review", f"unsupported_language:{code}")
+            verdict = Ruling("review", f"unsupported_language:{code}")
         expected.append(Decision(verdict.action, verdict.reason))
     assert got == expected
     assert any((d.reason or "").startswith("unsupported_language:") for d in got)

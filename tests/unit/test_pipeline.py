@@ -21,7 +21,7 @@ from moderator.pipeline import Pipeline
 from moderator.policy import Policy, read_spec
 from moderator.records import DLQ_ERROR_CODE
 from moderator.review import Review
-from moderator.verdicts import Reader
+from moderator.screen import Reader
 
 
 class Record(NamedTuple):

@@ -53,7 +53,7 @@ def test_a_new_default_is_merged_under_every_channel() -> None:
     channel = book.for_channel("c-1")
     assert channel.ident == "potato@1"
     assert channel.decide({"insult": 0.99})[:2] == ("nudge", "insult")  # from the new default
-    assert channel.deny_verdict("potato") is not None  # its own terms kept
+    assert channel.deny_ruling("potato") is not None  # its own terms kept
     book.apply(DEFAULT_KEY, None)
     assert book.default is book.base
     assert book.for_channel("c-1").decide({"insult": 0.99})[0] == "block"

@@ -114,7 +114,7 @@ def test_a_deny_term_can_send_to_review() -> None:
     policy = Policy.from_mapping(
         {"name": "p", "version": 1, "deny": [{"term": "doxx", "action": "review"}]}
     )
-    assert policy.deny_verdict("gonna doxx him") == ("review", "deny:policy:custom", "high")
+    assert policy.deny_ruling("gonna doxx him") == ("review", "deny:policy:custom", "high")
 
 
 def test_a_new_action_is_a_policy_change() -> None:
@@ -340,12 +340,12 @@ def test_a_deny_term_decides_and_an_allowed_phrase_removes_only_its_own_effect()
                  {"term": "kill", "category": "violence", "action": "nudge", "severity": "medium"}],
         "allow": ["kill la kill"],
     })  # fmt: skip
-    assert policy.deny_verdict("i like potato") == ("block", "deny:policy:custom", "high")
-    assert policy.deny_verdict("kill it") == ("nudge", "deny:policy:violence", "medium")
-    assert policy.deny_verdict(policy.without_allowed("watching kill la kill")) is None
+    assert policy.deny_ruling("i like potato") == ("block", "deny:policy:custom", "high")
+    assert policy.deny_ruling("kill it") == ("nudge", "deny:policy:violence", "medium")
+    assert policy.deny_ruling(policy.without_allowed("watching kill la kill")) is None
     both = policy.without_allowed("kill la kill, then kill it")
-    assert policy.deny_verdict(both) == ("nudge", "deny:policy:violence", "medium")
-    assert policy.deny_verdict("gg wp") is None
+    assert policy.deny_ruling(both) == ("nudge", "deny:policy:violence", "medium")
+    assert policy.deny_ruling("gg wp") is None
 
 
 def test_a_partial_policy_takes_what_it_leaves_out_from_the_one_below() -> None:
@@ -391,7 +391,7 @@ def test_the_packaged_term_list_is_used_by_severity() -> None:
     off = Policy.from_mapping({**spec, "default_terms": {"medium": "allow", "high": "allow"}})
     assert strict.terms is not None
     assert off.terms is None
-    verdicts = [strict.deny_verdict(t.term) for t in default_terms() if t.severity != "low"]
+    verdicts = [strict.deny_ruling(t.term) for t in default_terms() if t.severity != "low"]
     assert verdicts
     assert all(
         v is not None and v.reason and v.reason.startswith("deny:default:") for v in verdicts

@@ -17,13 +17,13 @@ from moderator.classifier import Classifier
 from moderator.errors import PolicyError
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
-from moderator.policy import Policy, Verdict, read_spec
+from moderator.policy import Policy, Ruling, read_spec
 from moderator.records import ChatMessage
 from moderator.score import decide_lines
+from moderator.screen import Reader
 from moderator.user_rules import UserRules, host_of
 from moderator.user_state import MemoryState, RedisState
 from moderator.users import Escalation
-from moderator.verdicts import Reader
 
 S = 1000  # ms
 
@@ -38,8 +38,8 @@ def msg(
     return ChatMessage(f"m-{i}", channel, user, text, 1_700_000_000_000 + int(t_s * S))
 
 
-def flagged(action: str = "nudge") -> Verdict:
-    return Verdict(action, "insult", "medium")
+def flagged(action: str = "nudge") -> Ruling:
+    return Ruling(action, "insult", "medium")
 
 
 def test_every_rule_is_off_unless_the_policy_sets_it() -> None:
@@ -137,7 +137,7 @@ async def test_an_action_the_policy_does_not_list_is_not_escalated() -> None:
     spec = {"name": "p", "version": 1, "actions": ["warn", "mute"], "users": {"strikes": 1}}
     p = Policy.from_mapping(spec)
     users = Escalation(Metrics())
-    out = await users.after([(msg(i, t_s=i), p, Verdict(a, None)) for i, a in
+    out = await users.after([(msg(i, t_s=i), p, Ruling(a, None)) for i, a in
                              enumerate(["warn", "block", "warn", "mute"])])  # fmt: skip
     assert [(e.action, e.escalated) for e in out] == [
         ("warn", False),
@@ -151,7 +151,7 @@ async def test_an_allowed_message_is_no_strike_but_carries_the_count() -> None:
     p = policy(strikes=1)
     users = Escalation(Metrics())
     await users.after([(msg(0), p, flagged())])
-    allowed = await users.after([(msg(1, t_s=1), p, Verdict("allow", None))])
+    allowed = await users.after([(msg(1, t_s=1), p, Ruling("allow", None))])
     assert allowed[0] == ("allow", 1, False)
 
 
@@ -188,7 +188,7 @@ async def test_an_escalated_user_is_muted_in_every_channel_until_the_mute_ends()
     users = Escalation(Metrics())
     await users.after([(msg(0), p, flagged()), (msg(1, t_s=1), p, flagged())])  # escalated
     during = await users.before([(msg(2, channel="elsewhere", t_s=30), p)])
-    assert during == [Verdict("block", "muted")]
+    assert during == [Ruling("block", "muted")]
     after = await users.before([(msg(3, channel="elsewhere", t_s=31), p)])
     assert after == [None]
     decided = await users.after([(msg(2, t_s=30), p, during[0])])
@@ -200,14 +200,14 @@ async def test_a_channel_mute_holds_in_that_channel_only() -> None:
     users = Escalation(Metrics())
     await users.after([(msg(0), p, flagged()), (msg(1, t_s=1), p, flagged())])
     out = await users.before([(msg(2, t_s=2), p), (msg(3, channel="other", t_s=2), p)])
-    assert out == [Verdict("block", "muted"), None]
+    assert out == [Ruling("block", "muted"), None]
 
 
 async def test_more_than_n_messages_in_the_window_are_rate_limited() -> None:
     p = policy(flood_messages=3, flood_window_s=10, flood_action="review")
     users = Escalation(Metrics())
     out = await users.before([(msg(i, channel=f"c{i}", t_s=i), p) for i in range(5)])
-    assert out == [None] * 3 + [Verdict("review", "rate_limited")] * 2
+    assert out == [None] * 3 + [Ruling("review", "rate_limited")] * 2
     again = await users.before([(msg(2, channel="c2", t_s=2), p)])
     assert again == [None], "a redelivered message counts once"
     assert await users.before([(msg(9, t_s=14), p)]) == [None]  # the window moved on
@@ -219,7 +219,7 @@ async def test_the_same_text_in_k_channels_is_spam() -> None:
     texts = ["Buy gold at my site!!!", "buy gold at my site!!", "BUY GOLD AT MY SITE!"]
     batch = [(msg(i, channel=f"c{i}", t_s=i, text=t), p) for i, t in enumerate(texts)]
     batch.append((msg(8, channel="c0", t_s=3, text="something else"), p))
-    assert await users.before(batch) == [None, None, Verdict("block", "spam"), None]
+    assert await users.before(batch) == [None, None, Ruling("block", "spam"), None]
     other_user = await users.before([(msg(9, user="v", channel="c5", t_s=4, text=texts[0]), p)])
     assert other_user == [None]
     assert await users.before([(msg(10, channel="c9", t_s=90, text=texts[0]), p)]) == [None]
@@ -229,7 +229,7 @@ async def test_a_refused_link_decides_without_the_model() -> None:
     p = policy(links_deny=["evil.com"], link_action="nudge")
     users = Escalation(Metrics())
     out = await users.before([(msg(0, text="free at https://x.evil.com/"), p), (msg(1), p)])
-    assert out == [Verdict("nudge", "link:x.evil.com"), None]
+    assert out == [Ruling("nudge", "link:x.evil.com"), None]
     assert (
         users.metrics.registry.get_sample_value("moderator_user_rules_total", {"rule": "link"}) == 1
     )
@@ -361,7 +361,7 @@ async def test_floods_count_in_fetch_order_whichever_batch_starts_its_step_first
     assert not later.done()
     assert round_trips(users, "before") == 0, "it did not go to Redis before its turn"
     assert await users.before([(msg(0), p)], first.before) == [None]
-    assert await later == [Verdict("block", "rate_limited")]
+    assert await later == [Ruling("block", "rate_limited")]
 
 
 async def test_a_slow_redis_falls_back_to_process_state_and_recovers(
@@ -374,7 +374,7 @@ async def test_a_slow_redis_falls_back_to_process_state_and_recovers(
     working = users._redis = cast(RedisState, _Fake())
     users._redis = cast(RedisState, _Hanging())
     out = [await users.before([(msg(i, t_s=i), p)]) for i in range(3)]
-    assert out == [[None], [Verdict("block", "rate_limited")], [Verdict("block", "rate_limited")]]
+    assert out == [[None], [Ruling("block", "rate_limited")], [Ruling("block", "rate_limited")]]
     assert users.degraded
     gauge = users.metrics.registry.get_sample_value("moderator_user_state_degraded")
     assert gauge == 1

@@ -1,4 +1,4 @@
-"""Texts → verdicts: the one path the pipeline and `moderator score` share.
+"""Texts → the policy's rulings: the one path the pipeline and `moderator score` share.
 
 A policy's allowed phrases are blanked out, its deny terms decide without the model, the rest is
 encoded, and a text with nothing left after normalisation is allowed without the model (`screen`).
@@ -23,7 +23,7 @@ import numpy as np
 from moderator.cache import cache_key
 from moderator.classifier import Classifier, Scores, TokenIds
 from moderator.language import LanguageGate
-from moderator.policy import ALLOW, EMPTY_TEXT, Policy, Verdict
+from moderator.policy import ALLOW, EMPTY_TEXT, Policy, Ruling
 from moderator.windows import MAX_WINDOWS, Span, WindowScorer
 
 TRUNCATED_REASON = "truncated"
@@ -58,7 +58,7 @@ class Reader:
 class Screened(NamedTuple):
     """A text before the model: decided already, or the windows the model must score."""
 
-    verdict: Verdict | None  # a deny term's, or EMPTY_TEXT
+    ruling: Ruling | None  # a deny term's, or EMPTY_TEXT
     rows: tuple[TokenIds, ...]  # a row of token ids per window; empty exactly when decided
     spans: tuple[Span, ...]  # each window's characters in the text
     length: int  # characters in the text
@@ -83,9 +83,9 @@ class Screened(NamedTuple):
 
 
 class Judged(NamedTuple):
-    """The decision on one text: the verdict, scores by label, and what the record says."""
+    """The decision on one text: the ruling, scores by label, and what the record says."""
 
-    verdict: Verdict
+    ruling: Ruling
     scores: dict[str, float]  # empty when the model was not asked
     span: Span  # the window behind the acting (or, when allowed, the highest) label
     truncated: bool = False
@@ -98,7 +98,7 @@ def screen(reader: Reader, texts: Sequence[tuple[Policy, str]]) -> list[Screened
     undecided: list[tuple[int, str]] = []
     for policy, text in texts:
         blanked = policy.without_allowed(text)  # the same length: spans stay the text's
-        denied = policy.deny_verdict(blanked)
+        denied = policy.deny_ruling(blanked)
         if denied is None:
             undecided.append((len(out), blanked))
         out.append(Screened(denied, (), (), len(text)))
@@ -106,7 +106,7 @@ def screen(reader: Reader, texts: Sequence[tuple[Policy, str]]) -> list[Screened
     encoded = classifier.encode([text for _, text in undecided])
     for (i, text), ids in zip(undecided, encoded, strict=True):
         if not classifier.has_content(ids):
-            out[i] = out[i]._replace(verdict=EMPTY_TEXT)
+            out[i] = out[i]._replace(ruling=EMPTY_TEXT)
             continue
         rows: tuple[TokenIds, ...] = (ids,)
         spans: tuple[Span, ...] = ((0, len(text)),)
@@ -122,26 +122,26 @@ def screen(reader: Reader, texts: Sequence[tuple[Policy, str]]) -> list[Screened
 
 def judge(reader: Reader, policy: Policy, screened: Screened, rows: Scores | None) -> Judged:
     """The policy's decision on a screened text and its windows' scores (`[n_windows,
-    n_labels]`, or one row), or on the screen's own verdict when the model was not asked."""
+    n_labels]`, or one row), or on the screen's own ruling when the model was not asked."""
     whole = (0, screened.length)
-    if screened.verdict is not None or rows is None:
-        assert screened.verdict is not None, "a text the model must score needs its scores"
-        return Judged(screened.verdict, {}, whole)
+    if screened.ruling is not None or rows is None:
+        assert screened.ruling is not None, "a text the model must score needs its scores"
+        return Judged(screened.ruling, {}, whole)
     rows = np.atleast_2d(rows)
     best = np.argmax(rows, axis=0)
     scores = rows[best, np.arange(rows.shape[1])]
     named = reader.classifier.as_dict(scores)
-    verdict = policy.decide(named)
+    ruling = policy.decide(named)
     labels = reader.classifier.labels
-    acting = labels.index(verdict.reason) if verdict.reason in labels else int(np.argmax(scores))
+    acting = labels.index(ruling.reason) if ruling.reason in labels else int(np.argmax(scores))
     span = screened.spans[int(best[acting])] if len(screened.spans) > 1 else whole
-    if screened.truncated and verdict.action == ALLOW:
-        verdict = Verdict(policy.review_action, TRUNCATED_REASON)
+    if screened.truncated and ruling.action == ALLOW:
+        ruling = Ruling(policy.review_action, TRUNCATED_REASON)
     if screened.language is not None:
         action = policy.unsupported_language
-        if policy.rank(action) > policy.rank(verdict.action):
-            verdict = Verdict(action, f"{UNSUPPORTED_LANGUAGE_REASON}:{screened.language}")
-    return Judged(verdict, named, span, screened.truncated, screened.language)
+        if policy.rank(action) > policy.rank(ruling.action):
+            ruling = Ruling(action, f"{UNSUPPORTED_LANGUAGE_REASON}:{screened.language}")
+    return Judged(ruling, named, span, screened.truncated, screened.language)
 
 
 def decide_texts(reader: Reader, policy: Policy, texts: Sequence[str]) -> list[Judged]:

@@ -1,4 +1,4 @@
-"""verdicts: windows and the language gate on the one path of the pipeline and `moderator score`."""
+"""screen: windows and the language gate on the one path of the pipeline and `moderator score`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from moderator.cache import cache_key
 from moderator.channel_policies import layered
 from moderator.classifier import Classifier
 from moderator.errors import PolicyError
-from moderator.policy import EMPTY_TEXT, Policy, Verdict
-from moderator.verdicts import Reader, Screened, decide_texts, judge, screen
+from moderator.policy import EMPTY_TEXT, Policy, Ruling
+from moderator.screen import Reader, Screened, decide_texts, judge, screen
 
 FRIENDLY = (
     "hey everyone, hope you are all having a great day, the stream was fun yesterday "
@@ -55,8 +55,8 @@ def test_a_long_text_is_scored_on_every_window_and_names_the_one_that_acted(
     labels = reader.classifier.labels
     assert judged.scores == pytest.approx(dict(zip(labels, rows.max(axis=0).tolist(), strict=True)))
     label = (
-        judged.verdict.reason
-        if judged.verdict.reason in labels
+        judged.ruling.reason
+        if judged.ruling.reason in labels
         else max(judged.scores, key=judged.scores.__getitem__)
     )
     best = int(np.argmax(rows[:, labels.index(label)]))
@@ -106,20 +106,20 @@ def as_rows(reader: Reader, rows: list[dict[str, float]]) -> np.ndarray:
 def test_a_truncated_message_that_nothing_flagged_goes_to_review(reader: Reader) -> None:
     quiet = [{"insult": 0.1}, {"insult": 0.2}]
     judged = judge(reader, POLICY, synthetic(reader, quiet, truncated=True), as_rows(reader, quiet))
-    assert judged.verdict == Verdict("review", "truncated")
+    assert judged.ruling == Ruling("review", "truncated")
     assert judged.truncated
     assert judged.span == (10, 30)
     loud = [{"insult": 0.1}, {"insult": 0.99}]
     judged = judge(reader, POLICY, synthetic(reader, loud, truncated=True), as_rows(reader, loud))
-    assert judged.verdict.action == "block"
-    assert judged.verdict.reason == "insult"
+    assert judged.ruling.action == "block"
+    assert judged.ruling.reason == "insult"
     assert judged.span == (10, 30)
 
 
 def test_the_acting_label_names_the_span_not_the_highest_score(reader: Reader) -> None:
     rows = [{"insult": 0.99, "threat": 0.1}, {"threat": 0.6, "obscene": 0.999}]
     judged = judge(reader, POLICY, synthetic(reader, rows), as_rows(reader, rows))
-    assert judged.verdict.reason == "insult"
+    assert judged.ruling.reason == "insult"
     assert judged.span == (0, 20)
     assert judged.scores["threat"] == pytest.approx(0.6)
 
@@ -129,26 +129,26 @@ def test_an_unsupported_language_goes_to_review_unless_the_model_says_more(reade
     assert s.language == "es"
     quiet = [{"insult": 0.1}]
     judged = judge(reader, POLICY, s._replace(spans=((0, 20),)), as_rows(reader, quiet))
-    assert judged.verdict == Verdict("review", "unsupported_language:es")
+    assert judged.ruling == Ruling("review", "unsupported_language:es")
     assert judged.language == "es"
     loud = [{"threat": 0.99}]
     judged = judge(reader, POLICY, s, as_rows(reader, loud))
-    assert judged.verdict.action == "block"
-    assert judged.verdict.reason == "threat"
+    assert judged.ruling.action == "block"
+    assert judged.ruling.reason == "threat"
     assert judged.language == "es"  # still said
 
 
 def test_the_gate_runs_after_deny_terms_and_the_empty_text_check(reader: Reader) -> None:
     deny = Policy.from_mapping({**POLICY.spec, "deny": [{"term": "pedazo", "action": "nudge"}]})
     (denied, empty, english) = screen(reader, [(deny, SPANISH), (POLICY, "   "), (POLICY, "gg wp")])
-    assert denied.verdict is not None
-    assert denied.verdict.reason == "deny:policy:custom"
+    assert denied.ruling is not None
+    assert denied.ruling.reason == "deny:policy:custom"
     assert denied.language is None
     assert denied.rows == ()
-    assert empty.verdict == EMPTY_TEXT
+    assert empty.ruling == EMPTY_TEXT
     assert empty.language is None
     assert english.language is None
-    assert english.verdict is None
+    assert english.ruling is None
 
 
 def test_an_english_start_does_not_carry_a_foreign_body(reader: Reader) -> None:
@@ -159,7 +159,7 @@ def test_an_english_start_does_not_carry_a_foreign_body(reader: Reader) -> None:
     text = long_text(reader, 2) + foreign * 4
     (judged,) = decide_texts(reader, POLICY, [text])
     assert judged.language == "es"
-    assert judged.verdict.action in ("review", "block")
+    assert judged.ruling.action in ("review", "block")
 
 
 def test_a_channel_policy_can_choose_what_unsupported_languages_get(reader: Reader) -> None:
@@ -170,7 +170,7 @@ def test_a_channel_policy_can_choose_what_unsupported_languages_get(reader: Read
     assert relaxed.unsupported_language == "allow"
     assert layered(POLICY.spec, {"name": "c", "version": 1}, "c").unsupported_language == "review"
     (judged,) = decide_texts(reader, relaxed, [SPANISH])
-    assert (judged.verdict.reason or "").startswith("unsupported_language") is False
+    assert (judged.ruling.reason or "").startswith("unsupported_language") is False
     assert judged.language == "es"
     with pytest.raises(PolicyError, match="unsupported_language"):
         layered(POLICY.spec, {"name": "c", "version": 1, "unsupported_language": "ban"}, "c")
