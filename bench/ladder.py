@@ -239,7 +239,7 @@ def backlog_rung(
     `concurrency` batches at once."""
 
     async def main() -> RungResult:
-        batcher = MicroBatcher(classifier, max_batch=max_batch, metrics=Metrics(),
+        batcher = MicroBatcher(classifier, max_batch=max_batch, metrics=Metrics().decide,
                              concurrency=concurrency)  # fmt: skip
         await batcher.start()
         try:

@@ -54,7 +54,7 @@ from loadgen.hop import measure_hop
 from loadgen.kafka import TopicSet, make_producer
 from loadgen.traffic import TrafficGenerator
 from moderator.loop import run
-from moderator.metrics import REDIS_PARTS, USER_RULES, USER_STEPS
+from moderator.metric_wings import REDIS_PARTS, USER_RULES, USER_STEPS
 from moderator.overrides import from_verdict
 from moderator.records import Verdict
 from moderator.topics import COMPACTED, ensure_topics

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from moderator.classifier import Classifier, Scores, TokenIds
-from moderator.metrics import Metrics
+from moderator.metric_wings import DecideMetrics
 from moderator.tasks import cancel
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,12 @@ class MicroBatcher:
     front door."""
 
     def __init__(
-        self, classifier: Classifier, *, max_batch: int, metrics: Metrics, concurrency: int = 1
+        self,
+        classifier: Classifier,
+        *,
+        max_batch: int,
+        metrics: DecideMetrics,
+        concurrency: int = 1,
     ) -> None:
         self.classifier = classifier
         self.max_batch = max_batch

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from moderator.classifier import Scores, TokenIds
-from moderator.metrics import Metrics
+from moderator.metric_wings import DecideMetrics
 from moderator.redaction import redact_url
 from moderator.tasks import cancel, reraise_cancel
 
@@ -75,7 +75,7 @@ class ScoreCache:
         self,
         redis_url: str,
         *,
-        metrics: Metrics,
+        metrics: DecideMetrics,
         ttl_s: int,
         l1_size: int,
         timeout_ms: float,
@@ -190,12 +190,12 @@ class ScoreCache:
         """Look each key up in L1, then the L1 misses in Redis with one MGET."""
         results = [self.l1.get(key) for key in keys]
         missing = [i for i, hit in enumerate(results) if hit is None]
-        self.metrics.cache_requests.labels("l1", "hit").inc(len(keys) - len(missing))
-        self.metrics.cache_requests.labels("l1", "miss").inc(len(missing))
+        self.metrics.l1_hit.inc(len(keys) - len(missing))
+        self.metrics.l1_miss.inc(len(missing))
 
         if not missing or self._redis is None or not self._redis_up.is_set():
             return results
-        self.metrics.redis_round_trips.labels("cache_read").inc()
+        self.metrics.cache_reads.inc()
         try:
             values = await asyncio.wait_for(
                 self._redis.mget([keys[i] for i in missing]), self.timeout_s
@@ -215,8 +215,8 @@ class ScoreCache:
             self.l1.put(keys[i], scores)
             results[i] = scores
             redis_hits += 1
-        self.metrics.cache_requests.labels("redis", "hit").inc(redis_hits)
-        self.metrics.cache_requests.labels("redis", "miss").inc(len(missing) - redis_hits)
+        self.metrics.redis_hit.inc(redis_hits)
+        self.metrics.redis_miss.inc(len(missing) - redis_hits)
         return results
 
     def put_many(self, items: Sequence[tuple[bytes, Scores]]) -> None:
@@ -242,7 +242,7 @@ class ScoreCache:
             pipe = self._redis.pipeline(transaction=False)
             for key, value in batch:
                 pipe.set(key, value, ex=self.ttl_s)
-            self.metrics.redis_round_trips.labels("cache_write").inc()
+            self.metrics.cache_writes.inc()
             try:
                 await asyncio.wait_for(pipe.execute(), max(self.timeout_s * 4, 0.25))
             except (RedisError, OSError, TimeoutError) as exc:

@@ -24,7 +24,7 @@ from aiokafka.structs import ConsumerRecord
 from moderator.compacted import follow, read_to_end, record_key, stop_following
 from moderator.connect import start_client
 from moderator.errors import PolicyError
-from moderator.metrics import Metrics
+from moderator.metric_wings import PolicyMetrics
 from moderator.policy import Policy, merge_specs
 from moderator.topics import compacted_reader
 
@@ -118,7 +118,7 @@ class PolicyFeed:
         book: PolicyBook,
         topic: str,
         kafka_options: Mapping[str, Any],
-        metrics: Metrics,
+        metrics: PolicyMetrics,
         replication: int = 1,
     ) -> None:
         self.book = book
@@ -157,16 +157,16 @@ class PolicyFeed:
     def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
         value, key = record.value, record_key(record)
         if not key:
-            self.metrics.policy_updates.labels("rejected").inc()
+            self.metrics.rejected.inc()
             log.error("policy record without a key (a channel id, or %r) ignored", DEFAULT_KEY)
             return
         try:
             result = self.book.apply(key, value)
         except PolicyError as exc:
-            self.metrics.policy_updates.labels("rejected").inc()
+            self.metrics.rejected.inc()
             log.error("%s; the previous policy stays", exc)
             return
-        self.metrics.policy_updates.labels(result).inc()
+        self.metrics.updates[result].inc()
         self.metrics.policies.set(len(self.book))
         shown = self.book.default if key == DEFAULT_KEY else self.book.for_channel(key)
         log.info("policy for %r %s: %s", key, result, shown.ident)
@@ -176,7 +176,7 @@ async def follow_policies(
     book: PolicyBook,
     topic: str,
     kafka_options: Mapping[str, Any],
-    metrics: Metrics,
+    metrics: PolicyMetrics,
     replication: int = 1,
 ) -> PolicyFeed | None:
     """Unless `topic` is empty (no policies topic), the feed of per-channel policies into `book`,

@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 
 from moderator.connect import Sender
 from moderator.held import Held, HeldStore
-from moderator.metrics import Metrics
+from moderator.metric_wings import ReviewMetrics
 from moderator.records import ChatMessage, Timing, encode_decision
 from moderator.refusal import RETRY_BACKOFF_S, RETRY_JITTER, describe, is_refusal
 
@@ -103,7 +103,7 @@ class TimeoutSweeper:
     settles them once acknowledged."""
 
     def __init__(
-        self, store: HeldStore, producer: Sender, *, out_topic: str, metrics: Metrics
+        self, store: HeldStore, producer: Sender, *, out_topic: str, metrics: ReviewMetrics
     ) -> None:
         self.store = store
         self.producer = producer

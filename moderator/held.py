@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Protocol
 import orjson
 from redis.exceptions import RedisError
 
-from moderator.metrics import Metrics
+from moderator.metric_wings import ReviewMetrics
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,9 @@ def timeout_spent(now_ms: int, due_ms: int, held_ms: int) -> float:
 class HeldStore:
     """Held messages and the channels' context rings, in Redis or, while it is away, here."""
 
-    def __init__(self, cache: Redis, metrics: Metrics, *, group: str, timeout_s: float) -> None:
+    def __init__(
+        self, cache: Redis, metrics: ReviewMetrics, *, group: str, timeout_s: float
+    ) -> None:
         self.cache = cache
         self.prefix = f"{PREFIX}{group}:"  # the held messages of the instances of `group`
         self.due_key = f"{self.prefix}due"
@@ -188,7 +190,7 @@ class HeldStore:
                 pipe.expire(key, ring_ttl_s)
             for h in held:
                 self._write(pipe, h, "held")
-            self._round_trip("review")
+            self.metrics.review_trips.inc()
             try:
                 replies = await asyncio.wait_for(pipe.execute(), self.timeout_s)
             except REDIS_ERRORS as exc:
@@ -208,7 +210,7 @@ class HeldStore:
         client = self.cache.client
         args = (message_id, verdict_id, FINAL_KEEP_S)
         if client is not None:
-            self._round_trip("verdict")
+            self.metrics.verdict_trips.inc()
             try:
                 status, raw = await asyncio.wait_for(
                     client.eval(_APPLY, 2, self.prefix + message_id, self.due_key, *args), SLOW_S
@@ -234,7 +236,7 @@ class HeldStore:
         if client is not None:
             try:
                 await self._move_to_redis(client)
-                self._round_trip("sweep")
+                self.metrics.sweep_trips.inc()
                 reply = await asyncio.wait_for(
                     client.eval(_CLAIM, 1, self.due_key, now_ms, limit, LEASE_MS, self.prefix),
                     SLOW_S,
@@ -275,7 +277,7 @@ class HeldStore:
             pipe.hset(self.prefix + message_id, "state", "final")
             pipe.expire(self.prefix + message_id, FINAL_KEEP_S)
             pipe.zrem(self.due_key, message_id)
-        self._round_trip("sweep")
+        self.metrics.sweep_trips.inc()
         try:
             await asyncio.wait_for(pipe.execute(), SLOW_S)
         except REDIS_ERRORS as exc:
@@ -289,7 +291,7 @@ class HeldStore:
         pipe = client.pipeline(transaction=False)
         for local in moving.values():
             self._write(pipe, local.held, local.state, local.by)
-        self._round_trip("sweep")
+        self.metrics.sweep_trips.inc()
         await asyncio.wait_for(pipe.execute(), SLOW_S)
         for message_id in moving:
             del self._local[message_id]
@@ -313,9 +315,6 @@ class HeldStore:
         """The next held message's share of its timeout spent: the gauge an alert pages on
         before the queue's oldest messages fall back unseen (0 when none is held)."""
         self.metrics.held_timeout_spent.set(timeout_spent(now_ms, due_ms, held_ms))
-
-    def _round_trip(self, part: str) -> None:
-        self.metrics.redis_round_trips.labels(part).inc()
 
     def _fallen_back(self, n: int) -> None:
         self.metrics.review_fallbacks.inc(n)

@@ -22,7 +22,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from moderator.config import Settings
 from moderator.connect import start_client
 from moderator.ledger import Entry, OffsetLedger
-from moderator.metrics import Metrics
+from moderator.metric_wings import KafkaMetrics
 from moderator.records import InboundRecord
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class Intake:
     def __init__(
         self,
         settings: Settings,
-        metrics: Metrics,
+        metrics: KafkaMetrics,
         *,
         on_assigned: Callable[[], None],
         on_abandoned: Callable[[list[Entry]], None],
@@ -142,14 +142,14 @@ class Intake:
                 {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}
             )
         except CommitFailedError as exc:
-            self.metrics.commits.labels("failed").inc()
+            self.metrics.commit_failed.inc()
             log.warning("commit failed because the group rebalanced; work will be redone: %s", exc)
             return
         except KafkaError as exc:
-            self.metrics.commits.labels("failed").inc()
+            self.metrics.commit_failed.inc()
             log.warning("commit failed (%s); retrying at the next interval", exc)
             return
-        self.metrics.commits.labels("ok").inc()
+        self.metrics.commit_ok.inc()
         self._ledger.mark_committed(offsets)
 
     async def commit_loop(self) -> None:
@@ -183,7 +183,7 @@ class Intake:
         try:
             await asyncio.wait_for(self._commit(revoked), remaining_s)
         except TimeoutError:
-            self.metrics.commits.labels("failed").inc()
+            self.metrics.commit_failed.inc()
             log.warning(
                 "commit not done within %.0f s (broker unreachable?); the work since the last "
                 "commit will be redone",
@@ -193,8 +193,7 @@ class Intake:
             self._on_abandoned(self._ledger.abandon(revoked))
             self._in_flight_changed()
             for tp in revoked:
-                with contextlib.suppress(KeyError):
-                    self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
+                self.metrics.consumer_lag.remove((tp.topic, str(tp.partition)))
             if revoked:
                 log.info("released %s", sorted((tp.topic, tp.partition) for tp in revoked))
         return drained
@@ -209,9 +208,8 @@ class Intake:
                 done = self._ledger.committed(tp)
                 if done is None:
                     done = await self.consumer.committed(tp) or 0
-                self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(
-                    max(highwater - done, 0)
-                )
+                lag = self.metrics.consumer_lag[tp.topic, str(tp.partition)]
+                lag.set(max(highwater - done, 0))
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -40,7 +40,7 @@ from moderator.compacted import follow, read_to_end, record_key, stop_following
 from moderator.config import Settings
 from moderator.connect import start_client
 from moderator.errors import ModeratorError
-from moderator.metrics import Metrics
+from moderator.metric_wings import ReviewMetrics
 from moderator.normalize import normalize_text
 from moderator.records import SCOPES, VERDICTS, ChatMessage, Verdict
 from moderator.topics import compacted_reader
@@ -218,7 +218,7 @@ class Overrides:
         self,
         topic: str,
         kafka_options: Mapping[str, Any],
-        metrics: Metrics,
+        metrics: ReviewMetrics,
         *,
         producer: AIOKafkaProducer | None = None,
         replication: int = 1,
@@ -245,7 +245,7 @@ class Overrides:
             self.metrics.overrides.set(len(self.book))
         for action in actions:
             if action is not None:
-                self.metrics.override_decisions.labels(action).inc()
+                self.metrics.override_decisions[action].inc()
         return actions
 
     async def record_verdict(self, *, text: str, channel_id: str, verdict: Verdict) -> None:
@@ -295,11 +295,13 @@ class Overrides:
         self._count("removed" if result == "expired" else result)
 
     def _count(self, result: str) -> None:
-        self.metrics.override_updates.labels(result).inc()
+        self.metrics.override_updates[result].inc()
         self.metrics.overrides.set(len(self.book))
 
 
-def overrides_for(s: Settings, metrics: Metrics, producer: AIOKafkaProducer) -> Overrides | None:
+def overrides_for(
+    s: Settings, metrics: ReviewMetrics, producer: AIOKafkaProducer
+) -> Overrides | None:
     """The overrides `s` names (None when MODERATOR_OVERRIDE_TOPIC is empty), writing with the
     moderator's `producer`; not started."""
     if not s.override_topic:

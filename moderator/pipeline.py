@@ -29,7 +29,7 @@ from moderator.channel_policies import PolicyBook
 from moderator.classifier import Classifier, Scores
 from moderator.degrade import Fallback
 from moderator.errors import InvalidRecord
-from moderator.metrics import Metrics
+from moderator.metric_wings import DecideMetrics
 from moderator.overrides import REASON as OVERRIDE_REASON
 from moderator.overrides import Overrides
 from moderator.policy import Policy, Ruling
@@ -81,7 +81,7 @@ class Pipeline:
         policies: Policy | PolicyBook,
         batcher: MicroBatcher,
         cache: ScoreCache,
-        metrics: Metrics,
+        metrics: DecideMetrics,
         *,
         max_record_bytes: int,
         budget_ms: float,
@@ -96,7 +96,7 @@ class Pipeline:
         if (gate := self.reader.gate) is not None:  # every language it can name, at 0
             for code in gate.candidates:
                 if code not in gate.supported:
-                    metrics.unsupported_language.labels(code)
+                    metrics.unsupported_language[code]  # bound, its series at 0
         self.policies = policies if isinstance(policies, PolicyBook) else PolicyBook(policies)
         self.batcher = batcher
         self.cache = cache
@@ -194,8 +194,8 @@ class Pipeline:
                 m.decision = self._decide_on_scores(m, fetched, scores, cached=True)
                 continue
             s = m.model_call.result()
-            self.metrics.stage_seconds.labels("queue").observe(s.queued_s)
-            self.metrics.stage_seconds.labels("score").observe(s.score_s)
+            self.metrics.stage_queue.observe(s.queued_s)
+            self.metrics.stage_score.observe(s.score_s)
             m.decision = self._decide_on_scores(
                 m, fetched, s.scores, cached=False, score_s=s.score_s, queued_s=s.queued_s
             )
@@ -226,7 +226,7 @@ class Pipeline:
             self._model_calls[m.key] = future
             future.add_done_callback(functools.partial(self._model_call_done, m.key))
         else:
-            self.metrics.cache_requests.labels("inflight", "hit").inc()
+            self.metrics.inflight_hit.inc()
         m.model_call = future
 
     def _decide_on_scores(
@@ -245,7 +245,7 @@ class Pipeline:
         if judged.truncated:
             self.metrics.truncated.inc()
         if judged.language is not None:
-            self.metrics.unsupported_language.labels(judged.language).inc()
+            self.metrics.unsupported_language[judged.language].inc()
         return self._decide(m, fetched, judged, cached=cached, score_s=score_s, queued_s=queued_s)
 
     def _decide(
@@ -284,8 +284,8 @@ class Pipeline:
         if over_budget:
             self.metrics.over_budget.inc()
         if degraded:
-            self.metrics.degraded.labels(verdict.action).inc()
-        self.metrics.stage_seconds.labels("total").observe(total_s)
+            self.metrics.degraded[verdict.action].inc()
+        self.metrics.stage_total.observe(total_s)
         return _Decision(verdict, fields)
 
 

@@ -30,7 +30,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from moderator.connect import Producer
 from moderator.intake import Fetched
 from moderator.ledger import Entry
-from moderator.metrics import Metrics
+from moderator.metric_wings import KafkaMetrics
 from moderator.records import InboundRecord, Outcome
 from moderator.refusal import RETRY_BACKOFF_S, RETRY_JITTER, describe, divert, is_refusal
 from moderator.tasks import Supervisor, cancel
@@ -70,7 +70,7 @@ class Publisher:
         dlq_topic: str,
         publish_attempts: int,
         review_topic: str = "",
-        metrics: Metrics,
+        metrics: KafkaMetrics,
         on_acked: Callable[[Entry], None],
         supervisor: Supervisor,
         backoff_s: Sequence[float] = RETRY_BACKOFF_S,
@@ -167,12 +167,12 @@ class Publisher:
                 self._schedule_retry(delivery, exc)
             return
         self._last_ack[delivery.topic] = time.monotonic()
-        if delivery.outcome.dead_letter:
-            self.metrics.dead_letters.labels(delivery.outcome.error_code).inc()
+        if (reason := delivery.outcome.error_code) is not None:  # a dead letter
+            self.metrics.dead_letters[reason].inc()
         elif delivery.outcome.action is None:  # a review record
             self.metrics.review_records.inc()
         else:
-            self.metrics.decisions.labels(delivery.outcome.action).inc()
+            self.metrics.decisions[delivery.outcome.action].inc()
         parts = self._unacked.get(delivery.entry, [])
         if delivery in parts:
             parts.remove(delivery)
@@ -224,7 +224,7 @@ class Publisher:
         diverted = divert(delivery.outcome, r, exc, delivery.refusals)
         if diverted is None:
             if delivery.refusals == self.publish_attempts:  # said once
-                self.metrics.publish_refused.labels("receipt").inc()
+                self.metrics.publish_refused["receipt"].inc()
                 log.error(
                     "the broker refused the dead-letter receipt for %s %d times (%s); re-sending "
                     "it until it is taken, and holding the partition's commits",
@@ -237,7 +237,7 @@ class Publisher:
             kind.replace("_", " "), where, delivery.refusals, describe(exc), self.dlq_topic,
             extra=ids,
         )  # fmt: skip
-        self.metrics.publish_refused.labels(kind).inc()
+        self.metrics.publish_refused[kind].inc()
         delivery.outcome = diverted
         delivery.topic = self.dlq_topic
         delivery.attempts = delivery.refusals = 0

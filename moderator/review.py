@@ -34,7 +34,7 @@ import orjson
 
 from moderator.config import Settings
 from moderator.held import Held, HeldStore, Redis
-from moderator.metrics import Metrics
+from moderator.metric_wings import ReviewMetrics
 from moderator.policy import Policy
 from moderator.records import ChatMessage, Outcome
 from moderator.review_rules import REVIEW, review_rules
@@ -154,7 +154,7 @@ class Review:
     def __init__(
         self,
         store: HeldStore,
-        metrics: Metrics,
+        metrics: ReviewMetrics,
         *,
         context: int,
         context_bytes: int,
@@ -224,7 +224,7 @@ class Review:
         return outcomes
 
 
-def review_for(s: Settings, metrics: Metrics, redis: Redis, labels: Iterable[str]) -> Review:
+def review_for(s: Settings, metrics: ReviewMetrics, redis: Redis, labels: Iterable[str]) -> Review:
     """The moderator's hook, its held messages in `redis` (the score cache's) under its group."""
     # A pipeline of writes, not one read: four times what a cache lookup waits.
     wait_s = s.redis_timeout_ms * 4 / 1000

@@ -83,7 +83,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     policy.check_labels(classifier.labels)
     failures = 0
     progress = Progress(sys.stderr, sys.stdin)
-    users = Escalation(Metrics())  # no Redis: this process's state
+    users = Escalation(Metrics().users)  # no Redis: this process's state
     for first_line, chunk in _chunks(sys.stdin, max(args.batch, 1)):
         failures += decide_lines(
             chunk, reader, policy, sys.stdout, first_line=first_line, users=users

@@ -30,6 +30,7 @@ from moderator.finals import TimeoutSweeper
 from moderator.intake import Fetched, Intake
 from moderator.language import LanguageGate
 from moderator.ledger import Entry
+from moderator.metric_wings import DecideMetrics, KafkaMetrics
 from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.overrides import Overrides, overrides_for
 from moderator.pipeline import Pipeline
@@ -120,31 +121,32 @@ class Moderator:
         classifier = await self._load_model()
         reader = await asyncio.to_thread(reader_for, s, classifier)
         policies = PolicyBook.load(s.policy, classifier.labels)
-        self._cache = cache = _cache(s, m)
+        self._cache = cache = _cache(s, m.decide)
         await self._own(cache, cache.start())
         scorer = MicroBatcher(
-            classifier, max_batch=s.max_batch, metrics=m, concurrency=s.scoring_layout[1]
+            classifier, max_batch=s.max_batch, metrics=m.decide, concurrency=s.scoring_layout[1]
         )
         await self._own(scorer, scorer.start())
         tasks.watch(_started(scorer.task))
         producer = _producer(s)
-        overrides = self._overrides = overrides_for(s, m, producer)
-        review = review_for(s, m, cache, classifier.labels)  # held messages, context, records
+        overrides = self._overrides = overrides_for(s, m.review, producer)
+        # Held messages, context, records:
+        review = review_for(s, m.review, cache, classifier.labels)
         held = review.store
-        users = Escalation(m, s.redis_url, timeout_ms=s.user_state_timeout_ms)
+        users = Escalation(m.users, s.redis_url, timeout_ms=s.user_state_timeout_ms)
         await self._own(users, users.start())
         self._pipeline = Pipeline(
-            classifier, policies, scorer, cache, m, max_record_bytes=s.max_record_bytes,
+            classifier, policies, scorer, cache, m.decide, max_record_bytes=s.max_record_bytes,
             budget_ms=s.budget_ms, fallback=fallback_for(s), reader=reader, review=review,
             overrides=overrides, users=users,
         )  # fmt: skip
         intake = self._intake = Intake(
-            s, m, on_assigned=self._assigned, on_abandoned=self._abandoned
+            s, m.kafka, on_assigned=self._assigned, on_abandoned=self._abandoned
         )
-        self._publisher = publisher = _publisher(s, m, producer, intake.acked, tasks)
+        self._publisher = publisher = _publisher(s, m.kafka, producer, intake.acked, tasks)
         await self._own(publisher, start_client(producer, s.kafka_options(), "the producer"))
         feed = await follow_policies(
-            policies, s.policy_topic, s.kafka_options(), m, s.topic_replication
+            policies, s.policy_topic, s.kafka_options(), m.policy, s.topic_replication
         )
         if feed is not None:  # caught up: then ready
             self._stack.push_async_callback(stop_within, feed)
@@ -152,10 +154,10 @@ class Moderator:
         if overrides is not None:  # caught up too: then ready; stopped before the producer
             await self._own(overrides, overrides.start())
             tasks.watch(_started(overrides.task))
-        verdicts = VerdictIntake(s, m, held, producer, overrides)  # applies verdicts
+        verdicts = VerdictIntake(s, m.review, held, producer, overrides)  # applies verdicts
         await self._own(verdicts, verdicts.start())
         tasks.watch(_started(verdicts.task))
-        sweeper = TimeoutSweeper(held, producer, out_topic=s.out_topic, metrics=m)
+        sweeper = TimeoutSweeper(held, producer, out_topic=s.out_topic, metrics=m.review)
         tasks.spawn(sweeper.run(), name="moderator-timeouts")  # held messages past their time
         await self._own(intake, intake.start())
         self._stack.push_async_callback(tasks.aclose)
@@ -294,7 +296,7 @@ class Moderator:
             await self._publisher.publish(batch, await unit)
 
 
-def _cache(s: Settings, metrics: Metrics) -> ScoreCache:
+def _cache(s: Settings, metrics: DecideMetrics) -> ScoreCache:
     return ScoreCache(
         s.redis_url,
         metrics=metrics,
@@ -321,7 +323,7 @@ def _producer(s: Settings) -> AIOKafkaProducer:
 
 def _publisher(
     s: Settings,
-    metrics: Metrics,
+    metrics: KafkaMetrics,
     producer: AIOKafkaProducer,
     on_acked: Callable[[Entry], None],
     supervisor: Supervisor,

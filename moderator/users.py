@@ -40,7 +40,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from moderator.cache import WARN_EVERY_S
-from moderator.metrics import Metrics
+from moderator.metric_wings import UserMetrics
 from moderator.normalize import normalize_text
 from moderator.policy import Policy, Ruling
 from moderator.records import ChatMessage
@@ -83,7 +83,7 @@ class UserTurns(NamedTuple):
 class Escalation:
     """The user rules' state and the two calls; Redis when `redis_url`, else in-process."""
 
-    def __init__(self, metrics: Metrics, redis_url: str = "", *, timeout_ms: float = 25.0):
+    def __init__(self, metrics: UserMetrics, redis_url: str = "", *, timeout_ms: float = 25.0):
         self.metrics = metrics
         self.redis_url = redis_url
         self.timeout_s = timeout_ms / 1000
@@ -169,7 +169,7 @@ class Escalation:
             if verdict is None and (domain := policy.users.link_domain(msg.text)) is not None:
                 verdict = Ruling(policy.users.link_action, f"{LINK_REASON}:{domain}")
             if verdict is not None and verdict.reason is not None:
-                self.metrics.user_rules.labels(verdict.reason.split(":", 1)[0]).inc()
+                self.metrics.rules[verdict.reason.split(":", 1)[0]].inc()
             out.append(verdict)
         return out
 
@@ -185,7 +185,7 @@ class Escalation:
             strikes, up = found.get(i, (0, False))
             action = escalated(verdict.action, policy.actions) if up else verdict.action
             if up:
-                self.metrics.user_rules.labels("escalated").inc()
+                self.metrics.escalated.inc()
             out.append(Escalated(action, strikes, up))
         return out
 
@@ -201,7 +201,7 @@ class Escalation:
             return []
         now = time.monotonic()
         if remote is not None and (self._degraded_at is None or now - self._degraded_at >= RETRY_S):
-            self.metrics.user_state_round_trips.labels(step).inc()
+            self.metrics.round_trips[step].inc()
             try:
                 out = await asyncio.wait_for(remote(batch), self.timeout_s)
             except (RedisError, OSError, TimeoutError) as exc:
@@ -210,16 +210,16 @@ class Escalation:
             else:
                 if self._degraded_at is not None:
                     self._degraded_at = None
-                    self.metrics.user_state_degraded.set(0)
+                    self.metrics.degraded.set(0)
                     log.info("user state: redis is back, shared again")
                 return out
-        self.metrics.user_state_local.labels(step).inc(len(batch))
+        self.metrics.local[step].inc(len(batch))
         return local(batch)
 
     def _failed(self, exc: BaseException, now: float) -> None:
         self.metrics.redis_errors.inc()
         if self._degraded_at is None:
-            self.metrics.user_state_degraded.set(1)
+            self.metrics.degraded.set(1)
         if self._degraded_at is None and now - self._warned_at > WARN_EVERY_S:
             self._warned_at = now  # a flapping Redis warns once a minute, not per flap
             log.warning(

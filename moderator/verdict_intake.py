@@ -29,7 +29,7 @@ from moderator.connect import Sender, start_client, stop_within
 from moderator.errors import InvalidRecord
 from moderator.finals import VERDICT_REASON, Refused, deliver, encode_final, final_key
 from moderator.held import Applied, HeldStore, RedisUnavailable
-from moderator.metrics import Metrics
+from moderator.metric_wings import ReviewMetrics
 from moderator.records import Outcome, Verdict, dead_letter, parse_verdict
 from moderator.refusal import divert
 from moderator.tasks import cancel
@@ -56,7 +56,7 @@ class VerdictIntake:
     def __init__(
         self,
         settings: Settings,
-        metrics: Metrics,
+        metrics: ReviewMetrics,
         store: HeldStore,
         producer: Sender,
         overrides: OverrideSink | None = None,
@@ -115,14 +115,14 @@ class VerdictIntake:
         try:
             verdict = parse_verdict(record.value, max_bytes=self.settings.max_record_bytes)
         except InvalidRecord as err:
-            self.metrics.verdict_outcomes.labels("invalid").inc()
+            self.metrics.verdict_outcomes["invalid"].inc()
             await self._send(record, dead_letter(record, err), self.settings.dlq_topic)
             return "invalid"
         applied = await self._apply(verdict, f"{record.topic}/{record.partition}/{record.offset}")
         held = applied.held
         if held is None or applied.status in ("not_held", "timed_out"):
             late = applied.status == "timed_out"  # counted apart: a slow queue, not lost state
-            self.metrics.verdict_outcomes.labels("timed_out" if late else "not_held").inc()
+            self.metrics.verdict_outcomes["timed_out" if late else "not_held"].inc()
             why = "timed out before it" if late else "no held message"
             not_held = InvalidRecord(NOT_HELD, f"{verdict.message_id}: {why}, not applied")
             await self._send(record, dead_letter(record, not_held), self.settings.dlq_topic)
@@ -133,9 +133,9 @@ class VerdictIntake:
             final = Outcome(final_key(held), value, [], action=verdict.verdict)
             await self._send(record, final, self.settings.out_topic)
         if applied.status == "applied":
-            self.metrics.verdicts.labels(held["action"], verdict.verdict, held["label"]).inc()
+            self.metrics.verdicts[held["action"], verdict.verdict, held["label"]].inc()
         if applied.status != "again":
-            self.metrics.verdict_outcomes.labels(applied.status).inc()
+            self.metrics.verdict_outcomes[applied.status].inc()
         if self.overrides is not None:
             text, channel_id = held["text"], held["channel_id"]
             await self.overrides.record_verdict(text=text, channel_id=channel_id, verdict=verdict)

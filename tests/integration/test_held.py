@@ -25,8 +25,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 async def caches(fresh_redis: EmbeddedRedis) -> AsyncIterator[list[ScoreCache]]:
     """Two instances' score caches (their Redis client and breaker) on one Redis."""
-    made = [ScoreCache(fresh_redis.url, metrics=Metrics(), ttl_s=60, l1_size=0, timeout_ms=200)
-            for _ in range(2)]  # fmt: skip
+    made = [ScoreCache(fresh_redis.url, metrics=Metrics().decide, ttl_s=60, l1_size=0,
+                       timeout_ms=200) for _ in range(2)]  # fmt: skip
     for cache in made:
         await cache.start()
         assert await cache.wait_redis(10)
@@ -36,7 +36,7 @@ async def caches(fresh_redis: EmbeddedRedis) -> AsyncIterator[list[ScoreCache]]:
 
 
 def stores(caches: list[ScoreCache]) -> list[HeldStore]:
-    return [HeldStore(cache, Metrics(), group="g", timeout_s=1.0) for cache in caches]
+    return [HeldStore(cache, Metrics().review, group="g", timeout_s=1.0) for cache in caches]
 
 
 def held(message_id: str, expires_at_ms: int) -> dict[str, Any]:
@@ -106,7 +106,7 @@ async def test_what_was_held_here_while_redis_was_away_moves_there_when_it_is_ba
     caches: list[ScoreCache],
 ) -> None:
     cache = Away(caches[0])
-    one, two = HeldStore(cache, Metrics(), group="g", timeout_s=1.0), stores(caches)[1]
+    one, two = HeldStore(cache, Metrics().review, group="g", timeout_s=1.0), stores(caches)[1]
     assert await one.hold([held("m-1", 10**13), held("m-2", 10**13)], {}, [], ring_size=4,
                           ring_ttl_s=60) is None  # fmt: skip
     assert (await one.apply("m-2", "v/0/1")).status == "applied", "decided here meanwhile"
@@ -127,11 +127,11 @@ async def test_each_redis_call_counts_one_round_trip_for_its_part(
     fresh_redis: EmbeddedRedis,
 ) -> None:
     metrics = Metrics()
-    cache = ScoreCache(fresh_redis.url, metrics=metrics, ttl_s=60, l1_size=0, timeout_ms=200)
+    cache = ScoreCache(fresh_redis.url, metrics=metrics.decide, ttl_s=60, l1_size=0, timeout_ms=200)
     await cache.start()
     try:
         assert await cache.wait_redis(10)
-        store = HeldStore(cache, metrics, group="g", timeout_s=1.0)
+        store = HeldStore(cache, metrics.review, group="g", timeout_s=1.0)
         assert set(trips(metrics).values()) == {0}, "every part's series exists from the start"
         rings = {"c-1": [b'{"message_id": "m-0"}'], "c-2": [b'{"message_id": "m-9"}']}
         await store.hold([held("m-1", 1_000), held("m-2", 10**13)], rings, ["c-1", "c-2"],
@@ -161,7 +161,7 @@ async def test_the_gauge_reads_the_next_held_message_due_from_redis_skipping_lea
     """What ModeratorHeldNearTimeout reads, the same on every instance of the group: a message
     claimed for its timeout (a lease, due again later) is not the one to page about."""
     metrics = Metrics()
-    one = HeldStore(caches[0], metrics, group="g", timeout_s=1.0)
+    one = HeldStore(caches[0], metrics.review, group="g", timeout_s=1.0)
     two = stores(caches)[1]
 
     def gauge() -> float | None:

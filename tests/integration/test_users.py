@@ -100,8 +100,8 @@ async def test_the_lua_script_and_the_per_process_state_agree(redis_server: Embe
         "strikes": 2, "strike_window_s": 5, "mute_s": 3, "flood_messages": 2, "flood_window_s": 2,
         "repeat_channels": 2, "repeat_window_s": 4,
     }})  # fmt: skip
-    shared = Escalation(Metrics(), redis_server.url, timeout_ms=2000)
-    local = Escalation(Metrics())
+    shared = Escalation(Metrics().users, redis_server.url, timeout_ms=2000)
+    local = Escalation(Metrics().users)
     await shared.start()
     rng = random.Random(29)
     t0 = 1_700_000_000_000 + rng.randrange(10**9)  # fresh keys for every run

@@ -62,7 +62,7 @@ def test_every_users_rule_is_on_and_the_traffic_trips_none(tmp_path: Path) -> No
     assert rules.repeat_channels
     assert rules.links_deny
     msgs = chats(N)  # one backlog: every message in the same instant, the flood's worst case
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     assert users.before_local([(m, policy) for m in msgs]) == [None] * N
     flagged = Ruling("nudge", "insult")  # as if the model flagged every message
     after = users.after_local([(m, policy, flagged) for m in msgs])
@@ -72,7 +72,7 @@ def test_every_users_rule_is_on_and_the_traffic_trips_none(tmp_path: Path) -> No
 
 def test_a_limit_the_busiest_user_passes_would_trip(tmp_path: Path) -> None:
     policy = on_policy(tmp_path, loop.limit_for(N) - 2)  # the flood: more than the limit
-    verdicts = Escalation(Metrics()).before_local([(m, policy) for m in chats(N)])
+    verdicts = Escalation(Metrics().users).before_local([(m, policy) for m in chats(N)])
     assert any(v is not None and v.reason == "rate_limited" for v in verdicts)
 
 

@@ -137,7 +137,7 @@ async def test_the_batcher_scores_a_backlog_in_batches_of_like_lengths(
     classifier: Classifier,
 ) -> None:
     metrics = Metrics()
-    batcher = MicroBatcher(classifier, max_batch=4, metrics=metrics, concurrency=2)
+    batcher = MicroBatcher(classifier, max_batch=4, metrics=metrics.decide, concurrency=2)
     await batcher.start()
     try:
         short = [f"gg wp {c}" for c in "abcdef"]
@@ -193,7 +193,7 @@ async def test_batches_run_at_once_on_as_many_threads_as_the_scorer_has(
         return score_ids(batch)
 
     monkeypatch.setattr(classifier, "score_ids", meet)
-    batcher = MicroBatcher(classifier, max_batch=8, metrics=Metrics(), concurrency=2)
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=Metrics().decide, concurrency=2)
     await batcher.start()
     try:
         short, long = classifier.encode(["gg", "well played everyone " * 8])
@@ -217,7 +217,7 @@ async def test_stopping_cancels_what_is_being_scored_so_no_caller_waits_forever(
         return score_ids(batch)
 
     monkeypatch.setattr(classifier, "score_ids", slow)
-    batcher = MicroBatcher(classifier, max_batch=1, metrics=Metrics(), concurrency=1)
+    batcher = MicroBatcher(classifier, max_batch=1, metrics=Metrics().decide, concurrency=1)
     await batcher.start()
     first, second = classifier.encode(["gg", "well played everyone"])
     futures = [batcher.submit(first), batcher.submit(second)]  # one round, two batches of one
@@ -233,7 +233,7 @@ async def test_a_model_failure_fails_the_callers_and_then_the_scorer(
         raise ModelError("output has shape (0,)")
 
     monkeypatch.setattr(classifier, "score_ids", broken)
-    batcher = MicroBatcher(classifier, max_batch=8, metrics=Metrics(), concurrency=2)
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=Metrics().decide, concurrency=2)
     await batcher.start()
     try:
         with pytest.raises(ModelError):
@@ -251,7 +251,7 @@ def _thread_names() -> list[str]:
 
 async def test_the_scoring_thread_is_named_for_the_os(classifier: Classifier) -> None:
     """`top -H` and the benchmark's CPU split tell the model's thread from the event loop's."""
-    batcher = MicroBatcher(classifier, max_batch=4, metrics=Metrics())
+    batcher = MicroBatcher(classifier, max_batch=4, metrics=Metrics().decide)
     await batcher.start()
     try:
         await batcher.submit(classifier.encode(["gg"])[0])

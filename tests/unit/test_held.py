@@ -39,7 +39,7 @@ def held(i: int, held_at_ms: int, expires_at_ms: int) -> dict[str, Any]:
 
 async def test_held_here_the_gauge_follows_the_next_message_due() -> None:
     metrics = Metrics()
-    store = HeldStore(NoRedis(), metrics, group="g", timeout_s=0.1)
+    store = HeldStore(NoRedis(), metrics.review, group="g", timeout_s=0.1)
 
     def gauge() -> float | None:
         return metrics.registry.get_sample_value("moderator_held_timeout_spent_ratio")

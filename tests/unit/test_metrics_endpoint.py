@@ -14,7 +14,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from moderator import policy
-from moderator.metrics import DEAD_LETTER_REASONS, DEFAULT_ACTIONS, Metrics, MetricsServer
+from moderator.metric_wings import DEAD_LETTER_REASONS, DEFAULT_ACTIONS
+from moderator.metrics import Metrics, MetricsServer
 from tests.promql import REPO
 from tests.waiting import eventually, eventually_blocking
 
@@ -33,7 +34,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[MetricsServer]:
     if request.param == "::1" and not has_ipv6_loopback():
         pytest.skip("no IPv6 loopback on this machine (reported by -ra, not silent)")
     metrics = Metrics()
-    metrics.decisions.labels("allow").inc(3)
+    metrics.kafka.decisions["allow"].inc(3)
     srv = MetricsServer(request.param, 0, metrics)
     srv.start()
     yield srv

@@ -154,7 +154,7 @@ def test_an_override_costs_well_under_a_kilobyte_of_memory() -> None:
 
 def test_decide_counts_what_it_decides_and_skips_the_hash_with_no_overrides() -> None:
     metrics = Metrics()
-    overrides = Overrides("chat.overrides", {}, metrics)
+    overrides = Overrides("chat.overrides", {}, metrics.review)
     chats = [ChatMessage(f"m-{i}", "c-1", "u-1", text, 0) for i, text in enumerate((TEXT, "gg"))]
     assert overrides.decide(chats) == [None, None]
     overrides.book.put(made(TEXT, "c-1", verdict("nudge")))
@@ -167,13 +167,13 @@ def test_decide_counts_what_it_decides_and_skips_the_hash_with_no_overrides() ->
 @pytest.fixture
 async def pipeline(classifier: Classifier) -> AsyncIterator[Pipeline]:
     metrics = Metrics()
-    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics)
-    cache = ScoreCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)
-    overrides = Overrides("chat.overrides", {}, metrics)
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics.decide)
+    cache = ScoreCache("", metrics=metrics.decide, ttl_s=60, l1_size=100, timeout_ms=25)
+    overrides = Overrides("chat.overrides", {}, metrics.review)
     await batcher.start()
     try:
-        yield Pipeline(classifier, Policy.load(), batcher, cache, metrics, max_record_bytes=65536,
-                       budget_ms=50, overrides=overrides)  # fmt: skip
+        yield Pipeline(classifier, Policy.load(), batcher, cache, metrics.decide,
+                       max_record_bytes=65536, budget_ms=50, overrides=overrides)  # fmt: skip
     finally:
         await batcher.stop()
 

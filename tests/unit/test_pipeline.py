@@ -44,12 +44,12 @@ def message(i: int, text: str) -> Record:
 @pytest.fixture
 async def pipeline(classifier: Classifier) -> AsyncIterator[Pipeline]:
     metrics = Metrics()
-    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics)
-    cache = ScoreCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics.decide)
+    cache = ScoreCache("", metrics=metrics.decide, ttl_s=60, l1_size=100, timeout_ms=25)
     await batcher.start()
     await cache.start()
     try:
-        yield Pipeline(classifier, Policy.load(), batcher, cache, metrics,
+        yield Pipeline(classifier, Policy.load(), batcher, cache, metrics.decide,
                        max_record_bytes=65536, budget_ms=50)  # fmt: skip
     finally:
         await cache.stop()
@@ -175,7 +175,7 @@ async def test_end_to_end_latency_is_measured_from_the_send_time(pipeline: Pipel
 
 def test_any_budget_is_a_bucket_bound_of_the_end_to_end_histogram() -> None:
     metrics = Metrics(budget_s=0.035)
-    metrics.end_to_end.observe(0.03)
+    metrics.decide.end_to_end.observe(0.03)
     bucket = metrics.registry.get_sample_value(
         "moderator_end_to_end_seconds_bucket", {"le": "0.035"}
     )
@@ -220,11 +220,11 @@ async def test_an_unsupported_language_is_reviewed_and_counted(
     classifier: Classifier, reader: Reader
 ) -> None:
     metrics = Metrics()
-    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics)
-    cache = ScoreCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics.decide)
+    cache = ScoreCache("", metrics=metrics.decide, ttl_s=60, l1_size=100, timeout_ms=25)
     await batcher.start()
     try:
-        pipeline = Pipeline(classifier, Policy.load(), batcher, cache, metrics,
+        pipeline = Pipeline(classifier, Policy.load(), batcher, cache, metrics.decide,
                             max_record_bytes=65536, budget_ms=50, reader=reader)  # fmt: skip
         sample = metrics.registry.get_sample_value
         assert sample("moderator_unsupported_language_total", {"language": "de"}) == 0
@@ -249,11 +249,11 @@ async def test_a_review_decision_plans_with_its_channels_own_review_settings(
     own = {"name": "slow", "version": 1, "review_timeout_s": 30, "review_fallback": "block"}
     book.apply("c-2", orjson.dumps(own))
     metrics = Metrics()
-    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics)
-    cache = ScoreCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)  # no Redis
-    store = HeldStore(cache, metrics, group="g", timeout_s=0.1)  # held in this process
-    review = Review(store, metrics, context=0, context_bytes=0, labels=classifier.labels)
-    pipeline = Pipeline(classifier, book, batcher, cache, metrics, max_record_bytes=65536,
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics.decide)
+    cache = ScoreCache("", metrics=metrics.decide, ttl_s=60, l1_size=100, timeout_ms=25)  # no Redis
+    store = HeldStore(cache, metrics.review, group="g", timeout_s=0.1)  # held in this process
+    review = Review(store, metrics.review, context=0, context_bytes=0, labels=classifier.labels)
+    pipeline = Pipeline(classifier, book, batcher, cache, metrics.decide, max_record_bytes=65536,
                         budget_ms=50, review=review)  # fmt: skip
     records = [Record(orjson.dumps({"message_id": f"m-{c}", "channel_id": c, "user_id": "u",
                                     "text": "potato salad"}), offset=i)

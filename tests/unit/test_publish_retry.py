@@ -126,7 +126,7 @@ class Harness:
             out_topic=OUT,
             dlq_topic=DLQ,
             publish_attempts=attempts,
-            metrics=self.metrics,
+            metrics=self.metrics.kafka,
             on_acked=self.ledger.ack,
             supervisor=self.supervisor,
             backoff_s=backoff_s,  # by default, re-send at the next tick

@@ -33,7 +33,7 @@ async def test_the_offset_waits_for_the_decision_and_its_review_record(
     producer, ledger, metrics, failures = Producer(), OffsetLedger(), Metrics(), []
     supervisor = Supervisor("the test", on_failure=failures.append)
     publisher = Publisher(producer, out_topic=OUT, dlq_topic=DLQ, review_topic=REVIEW,
-                          publish_attempts=3, metrics=metrics, on_acked=ledger.ack,
+                          publish_attempts=3, metrics=metrics.kafka, on_acked=ledger.ack,
                           supervisor=supervisor, backoff_s=(0.0,))  # fmt: skip
     await publish_review(producer, ledger, publisher)
     decision, review = producer.sends

@@ -163,7 +163,7 @@ def held(i: int, expires_at_ms: int) -> dict[str, Any]:
 
 async def test_without_redis_a_held_message_is_decided_once_here() -> None:
     metrics = Metrics()
-    store = HeldStore(NoRedis(enabled=True), metrics, group="g", timeout_s=0.1)
+    store = HeldStore(NoRedis(enabled=True), metrics.review, group="g", timeout_s=0.1)
     assert await store.hold([held(1, 100), held(2, 100)], {}, [], ring_size=5, ring_ttl_s=5) is None
     assert metrics.registry.get_sample_value("moderator_review_fallbacks_total") == 2
     assert (await store.apply("m-1", "v/0/1")).status == "applied"
@@ -179,12 +179,12 @@ async def test_without_redis_a_held_message_is_decided_once_here() -> None:
 
 
 async def test_with_redis_disabled_an_unknown_message_is_simply_not_held() -> None:
-    store = HeldStore(NoRedis(enabled=False), Metrics(), group="g", timeout_s=0.1)
+    store = HeldStore(NoRedis(enabled=False), Metrics().review, group="g", timeout_s=0.1)
     assert (await store.apply("m-404", "v/0/3")).status == "not_held"
 
 
 async def test_without_redis_what_was_decided_is_forgotten_as_redis_would_forget_it() -> None:
-    store = HeldStore(NoRedis(enabled=False), Metrics(), group="g", timeout_s=0.1)
+    store = HeldStore(NoRedis(enabled=False), Metrics().review, group="g", timeout_s=0.1)
     await store.hold([held(1, 10**13)], {}, [], ring_size=5, ring_ttl_s=5)
     assert (await store.apply("m-1", "v/0/1")).status == "applied"
     now_ms = int(time.time() * 1000)
@@ -203,8 +203,8 @@ async def test_a_review_decision_says_the_deadline_and_fallback_its_held_message
                             cached=False, degraded=False, timing=Timing(0.0, 1.0, 1.0),
                             decided_at_ms=5, over_budget=False, span=(0, 20))  # fmt: skip
     allowed = ChatMessage("m-10", "c-1", "u-1", "gg", 2)
-    store = HeldStore(NoRedis(enabled=True), Metrics(), group="g", timeout_s=0.1)
-    review = Review(store, Metrics(), context=5, context_bytes=4096, labels=())
+    store = HeldStore(NoRedis(enabled=True), Metrics().review, group="g", timeout_s=0.1)
+    review = Review(store, Metrics().review, context=5, context_bytes=4096, labels=())
     held_out, allowed_out = await review.after_decisions(
         [(CHAT, policy, Outcome(None, value, [], action="review")),
          (allowed, policy, Outcome(None, b'{"action": "allow"}', [], action="allow"))]
@@ -237,7 +237,7 @@ def one_decided(channel_id: str) -> list[tuple[ChatMessage, Any, Outcome]]:
 
 async def test_review_steps_run_in_fetch_order_whichever_batch_is_scored_first() -> None:
     store = RecordingStore()
-    review = Review(store, Metrics(), context=5, context_bytes=4096, labels=())  # type: ignore[arg-type]
+    review = Review(store, Metrics().review, context=5, context_bytes=4096, labels=())  # type: ignore[arg-type]
     first, second, third, fourth = (review.turn() for _ in range(4))
     later = asyncio.create_task(review.after_decisions(one_decided("b"), second))
     await asyncio.sleep(0)  # one turn: `later` runs until it waits (tasks start in the order made)

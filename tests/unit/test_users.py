@@ -119,7 +119,7 @@ def test_a_deny_list_alone_lets_every_other_domain_through() -> None:
 
 async def test_k_strikes_escalate_the_next_flagged_message_one_step() -> None:
     p = policy(strikes=2, strike_window_s=60)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     got = [await users.after([(msg(i, t_s=i), p, flagged())]) for i in range(4)]
     assert [(e[0].action, e[0].strikes, e[0].escalated) for e in got] == [
         ("nudge", 1, False),
@@ -136,7 +136,7 @@ async def test_k_strikes_escalate_the_next_flagged_message_one_step() -> None:
 async def test_an_action_the_policy_does_not_list_is_not_escalated() -> None:
     spec = {"name": "p", "version": 1, "actions": ["warn", "mute"], "users": {"strikes": 1}}
     p = Policy.from_mapping(spec)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     out = await users.after([(msg(i, t_s=i), p, Ruling(a, None)) for i, a in
                              enumerate(["warn", "block", "warn", "mute"])])  # fmt: skip
     assert [(e.action, e.escalated) for e in out] == [
@@ -149,7 +149,7 @@ async def test_an_action_the_policy_does_not_list_is_not_escalated() -> None:
 
 async def test_an_allowed_message_is_no_strike_but_carries_the_count() -> None:
     p = policy(strikes=1)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     await users.after([(msg(0), p, flagged())])
     allowed = await users.after([(msg(1, t_s=1), p, Ruling("allow", None))])
     assert allowed[0] == ("allow", 1, False)
@@ -157,7 +157,7 @@ async def test_an_allowed_message_is_no_strike_but_carries_the_count() -> None:
 
 async def test_a_redelivered_message_counts_once() -> None:
     p = policy(strikes=1)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     first = await users.after([(msg(0), p, flagged())])
     again = await users.after([(msg(0), p, flagged())])
     assert first == again == [("nudge", 1, False)]
@@ -168,7 +168,7 @@ async def test_a_redelivered_message_counts_once() -> None:
 
 async def test_strikes_leave_the_window() -> None:
     p = policy(strikes=1, strike_window_s=10)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     await users.after([(msg(0), p, flagged())])
     late = await users.after([(msg(1, t_s=11), p, flagged())])
     assert late[0] == ("nudge", 1, False)
@@ -176,7 +176,7 @@ async def test_strikes_leave_the_window() -> None:
 
 async def test_strikes_count_across_channels_in_one_batch() -> None:
     p = policy(strikes=1)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     batch = [(msg(0, channel="a"), p, flagged()), (msg(1, channel="b", t_s=1), p, flagged())]
     batch.append((msg(2, user="other", t_s=1), p, flagged()))
     out = await users.after(batch)
@@ -185,7 +185,7 @@ async def test_strikes_count_across_channels_in_one_batch() -> None:
 
 async def test_an_escalated_user_is_muted_in_every_channel_until_the_mute_ends() -> None:
     p = policy(strikes=1, mute_s=30)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     await users.after([(msg(0), p, flagged()), (msg(1, t_s=1), p, flagged())])  # escalated
     during = await users.before([(msg(2, channel="elsewhere", t_s=30), p)])
     assert during == [Ruling("block", "muted")]
@@ -197,7 +197,7 @@ async def test_an_escalated_user_is_muted_in_every_channel_until_the_mute_ends()
 
 async def test_a_channel_mute_holds_in_that_channel_only() -> None:
     p = policy(strikes=1, mute_s=30, mute_scope="channel")
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     await users.after([(msg(0), p, flagged()), (msg(1, t_s=1), p, flagged())])
     out = await users.before([(msg(2, t_s=2), p), (msg(3, channel="other", t_s=2), p)])
     assert out == [Ruling("block", "muted"), None]
@@ -205,7 +205,7 @@ async def test_a_channel_mute_holds_in_that_channel_only() -> None:
 
 async def test_more_than_n_messages_in_the_window_are_rate_limited() -> None:
     p = policy(flood_messages=3, flood_window_s=10, flood_action="review")
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     out = await users.before([(msg(i, channel=f"c{i}", t_s=i), p) for i in range(5)])
     assert out == [None] * 3 + [Ruling("review", "rate_limited")] * 2
     again = await users.before([(msg(2, channel="c2", t_s=2), p)])
@@ -215,7 +215,7 @@ async def test_more_than_n_messages_in_the_window_are_rate_limited() -> None:
 
 async def test_the_same_text_in_k_channels_is_spam() -> None:
     p = policy(repeat_channels=3, repeat_window_s=60)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     texts = ["Buy gold at my site!!!", "buy gold at my site!!", "BUY GOLD AT MY SITE!"]
     batch = [(msg(i, channel=f"c{i}", t_s=i, text=t), p) for i, t in enumerate(texts)]
     batch.append((msg(8, channel="c0", t_s=3, text="something else"), p))
@@ -227,7 +227,7 @@ async def test_the_same_text_in_k_channels_is_spam() -> None:
 
 async def test_a_refused_link_decides_without_the_model() -> None:
     p = policy(links_deny=["evil.com"], link_action="nudge")
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     out = await users.before([(msg(0, text="free at https://x.evil.com/"), p), (msg(1), p)])
     assert out == [Ruling("nudge", "link:x.evil.com"), None]
     assert (
@@ -236,7 +236,7 @@ async def test_a_refused_link_decides_without_the_model() -> None:
 
 
 async def test_a_policy_without_rules_touches_no_state() -> None:
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     p = Policy.load()
     assert await users.before([(msg(0), p)]) == [None]
     assert await users.after([(msg(0), p, flagged())]) == [("nudge", 0, False)]
@@ -250,13 +250,13 @@ async def test_a_policy_without_rules_touches_no_state() -> None:
 
 async def test_the_pipeline_decides_without_the_model_and_escalates(classifier: Classifier) -> None:
     metrics = Metrics()
-    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics)
-    cache = ScoreCache("", metrics=metrics, ttl_s=60, l1_size=100, timeout_ms=25)
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics.decide)
+    cache = ScoreCache("", metrics=metrics.decide, ttl_s=60, l1_size=100, timeout_ms=25)
     p = policy(strikes=2, flood_messages=3, links_deny=["evil.com"])
-    users = Escalation(metrics)
+    users = Escalation(metrics.users)
     await batcher.start()
     try:
-        pipe = Pipeline(classifier, p, batcher, cache, metrics, max_record_bytes=65536,
+        pipe = Pipeline(classifier, p, batcher, cache, metrics.decide, max_record_bytes=65536,
                         budget_ms=60_000, users=users)  # fmt: skip
         records = [_record(i, text) for i, text in enumerate(
             ["you are an idiot", "go to evil.com now", "you are a moron, idiot", "hi", "gg"]
@@ -301,7 +301,7 @@ def test_score_applies_the_user_rules_line_after_line(reader: Reader) -> None:
     ]  # fmt: skip
     lines.append('{"text": "no user"}\n')
     out = io.StringIO()
-    assert decide_lines(lines, reader, p, out, users=Escalation(Metrics())) == 0
+    assert decide_lines(lines, reader, p, out, users=Escalation(Metrics().users)) == 0
     rows = [orjson.loads(line) for line in out.getvalue().splitlines()]
     assert [(r["action"], r["reason"], r["strikes"], r["escalated"]) for r in rows] == [
         ("nudge", "deny:policy:custom", 1, False),
@@ -335,7 +335,7 @@ def round_trips(users: Escalation, step: str) -> float:
 
 async def test_strikes_count_in_fetch_order_whichever_batch_is_decided_first() -> None:
     p = policy(strikes=2)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     users._redis = cast(RedisState, _Fake())
     first, second, third, fourth = (users.turn() for _ in range(4))
     early = [(msg(i, channel=f"c{i}", t_s=i), p, flagged()) for i in range(2)]
@@ -353,7 +353,7 @@ async def test_strikes_count_in_fetch_order_whichever_batch_is_decided_first() -
 
 async def test_floods_count_in_fetch_order_whichever_batch_starts_its_step_first() -> None:
     p = policy(flood_messages=1, flood_window_s=10)
-    users = Escalation(Metrics())
+    users = Escalation(Metrics().users)
     users._redis = cast(RedisState, _Fake())
     first, second = users.turn(), users.turn()
     later = asyncio.create_task(users.before([(msg(1, t_s=1), p)], second.before))
@@ -370,7 +370,7 @@ async def test_a_slow_redis_falls_back_to_process_state_and_recovers(
     warnings: list[str] = []
     monkeypatch.setattr("moderator.users.log.warning", lambda msg, *a: warnings.append(msg))
     p = policy(flood_messages=1, strikes=1)
-    users = Escalation(Metrics(), timeout_ms=20)
+    users = Escalation(Metrics().users, timeout_ms=20)
     working = users._redis = cast(RedisState, _Fake())
     users._redis = cast(RedisState, _Hanging())
     out = [await users.before([(msg(i, t_s=i), p)]) for i in range(3)]
@@ -388,7 +388,7 @@ async def test_a_slow_redis_falls_back_to_process_state_and_recovers(
 
 async def test_an_unreachable_redis_never_stops_a_decision() -> None:
     p = policy(strikes=1)
-    users = Escalation(Metrics(), "redis://127.0.0.1:1/0", timeout_ms=200)
+    users = Escalation(Metrics().users, "redis://127.0.0.1:1/0", timeout_ms=200)
     await users.start()
     try:
         out = await users.after([(msg(i, t_s=i), p, flagged()) for i in range(2)])

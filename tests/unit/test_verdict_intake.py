@@ -75,8 +75,8 @@ def verdict(action: str = "block") -> bytes:
 
 def intake(store: Store) -> tuple[VerdictIntake, Producer, Overrides, Metrics]:
     producer, overrides, metrics = Producer(), Overrides(), Metrics()
-    metrics.precreate_verdicts(["self_harm"])
-    applier = VerdictIntake(Settings(), metrics, store, producer, overrides)  # type: ignore[arg-type]
+    metrics.review.precreate_verdicts(["self_harm"])
+    applier = VerdictIntake(Settings(), metrics.review, store, producer, overrides)  # type: ignore[arg-type]
     return applier, producer, overrides, metrics
 
 
