@@ -40,7 +40,6 @@ DEAD_LETTER_REASONS = (  # moderator/schemas/dead-letter-headers.schema.json's e
 )
 REFUSED_OUTCOMES = ("decision", "dead_letter", "receipt")
 POLICY_RESULTS = ("applied", "removed", "rejected")
-VERDICTS = ("allow", "nudge", "block")  # moderator/records.py VERDICTS
 VERDICT_OUTCOMES = ("applied", "late", "not_held", "timed_out", "invalid")
 # What holds a message besides a model label (the reason's head: `unsupported_language:fr`).
 HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none")
@@ -277,8 +276,10 @@ class PolicyMetrics(Wing):
 class ReviewMetrics(Wing):
     """Held messages, their verdicts and timeouts, and the overrides verdicts make."""
 
-    def __init__(self, f: Families, redis: RedisMetrics) -> None:
+    def __init__(self, f: Families, redis: RedisMetrics, verdicts: Sequence[str]) -> None:
+        """`verdicts`: those a human may give (moderator/records.py VERDICTS)."""
         super().__init__(f)
+        self._verdicts = tuple(verdicts)
         self.review_fallbacks = f.counter(
             "review_fallbacks",
             "Messages held in this process, their review record without context, because Redis "
@@ -339,5 +340,5 @@ class ReviewMetrics(Wing):
         """Every agreement series at 0: a held message's label is one of the model's `labels`
         or a reason that holds without one."""
         for label in (*labels, *HOLD_REASONS):
-            for verdict in VERDICTS:
+            for verdict in self._verdicts:
                 self.verdicts["review", verdict, label]

@@ -34,6 +34,7 @@ from moderator.metric_wings import (
     ReviewMetrics,
     UserMetrics,
 )
+from moderator.records import VERDICTS
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class Metrics:
         self.decide = DecideMetrics(f, self.redis, budget_s)
         self.users = UserMetrics(f, self.redis)
         self.policy = PolicyMetrics(f)
-        self.review = ReviewMetrics(f, self.redis)
+        self.review = ReviewMetrics(f, self.redis, VERDICTS)
         self.model = Info("model", "The model being served", namespace=NAMESPACE, registry=r)
         # process_* (memory, CPU, open fds, start time: restarts) and python_* (GC, version),
         # as the default registry has them; this registry is the one /metrics serves.
