@@ -73,6 +73,7 @@ async def serve(settings: Settings, console: Any) -> int:
         review_topic=settings.review_topic,
         verdict_topic=settings.verdict_topic,
         decision_topic=settings.out_topic,
+        max_record_bytes=settings.max_record_bytes,
     )
     overrides = OverrideDesk(
         board, feed, settings.kafka_options(), override_topic=settings.override_topic,

@@ -28,7 +28,7 @@ from console.records import (
     now_ms,
     parse_decision,
     parse_review,
-    parse_verdict,
+    read_verdict,
 )
 from moderator.connect import stop_within
 
@@ -50,12 +50,14 @@ class Feed:
         review_topic: str,
         verdict_topic: str,
         decision_topic: str,
+        max_record_bytes: int,
     ) -> None:
         self.board = board
         self.options = {**kafka_options, "metadata_max_age_ms": METADATA_MAX_AGE_MS}
         self.review_topic = review_topic
         self.verdict_topic = verdict_topic
         self.decision_topic = decision_topic
+        self.max_record_bytes = max_record_bytes  # the moderators' limit on a verdict
         self.producer: AIOKafkaProducer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._sending: set[asyncio.Task[None]] = set()  # verdicts the broker has yet to take
@@ -121,7 +123,7 @@ class Feed:
             if record.topic == self.review_topic:
                 self.board.add_review(parse_review(record.value, record.timestamp))
             elif record.topic == self.verdict_topic:
-                self.board.add_verdict(parse_verdict(record.value))
+                self.board.add_verdict(read_verdict(record.value, max_bytes=self.max_record_bytes))
         except BadRecord as exc:
             log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, exc)
 

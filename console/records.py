@@ -1,5 +1,6 @@
-"""The records the console reads and writes (loop contract, README "Records"): review records and
-verdicts, parsed leniently into what the page shows, and a verdict encoded for the verdict topic.
+"""The records the console reads and writes (loop contract, README "Records"): review records
+parsed leniently into what the page shows, verdicts read as the moderators read them, and a
+verdict encoded for the verdict topic.
 
 The console is a reader of topics other programs write: a record it cannot use is skipped with a
 warning (the moderator dead-letters bad verdicts; the console has no dead-letter topic of its own).
@@ -13,11 +14,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from moderator.errors import InvalidRecord
+
 # The moderator's own verdict type and choices, re-exported for the console's modules.
-from moderator.records import DEFAULT_SCOPE as DEFAULT_SCOPE
 from moderator.records import SCOPES as SCOPES
 from moderator.records import VERDICTS as VERDICTS
 from moderator.records import Verdict as Verdict
+from moderator.records import parse_verdict
 
 # What the page shows of a held message's context and text: the moderator bounds them already
 # (review_context, review_context_bytes); these only keep a hostile record from flooding pages.
@@ -59,34 +62,13 @@ def _text(data: Mapping[str, Any], name: str, *, required: bool = True) -> str:
     raise BadRecord(f"{name!r} must be a non-empty string")
 
 
-def _int(data: Mapping[str, Any], name: str, default: int | None = None) -> int:
-    value = data.get(name, default)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise BadRecord(f"{name!r} must be an integer")
-
-
-def parse_verdict(value: bytes | None) -> Verdict:
-    data = _obj(value)
-    verdict = data.get("verdict")
-    if verdict not in VERDICTS:
-        raise BadRecord(f"'verdict' must be one of {', '.join(VERDICTS)}")
-    scope = data.get("scope") or DEFAULT_SCOPE  # as the moderators read it: the channel
-    if scope not in SCOPES:
-        raise BadRecord(f"'scope' must be one of {', '.join(SCOPES)}")
-    reason = data.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise BadRecord("'reason' must be a string or null")
-    expires = data.get("override_expires_at_ms")
-    return Verdict(
-        message_id=_text(data, "message_id"),
-        verdict=verdict,
-        moderator_id=_text(data, "moderator_id"),
-        reason=reason,
-        scope=scope,
-        at_ms=_int(data, "at_ms"),
-        override_expires_at_ms=expires if isinstance(expires, int) else None,
-    )
+def read_verdict(value: bytes | None, *, max_bytes: int) -> Verdict:
+    """The verdict as the moderators read it (`moderator.records.parse_verdict`, with their
+    `max_record_bytes`); one they would dead-letter raises `BadRecord`, and the console skips it."""
+    try:
+        return parse_verdict(value, max_bytes=max_bytes)
+    except InvalidRecord as exc:
+        raise BadRecord(f"{exc.code}: {exc.message}") from None
 
 
 def label_of(reason: str | None) -> str:

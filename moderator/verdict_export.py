@@ -34,8 +34,9 @@ from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
 from moderator.compacted import read_to_end
 from moderator.config import Settings, add_setting_flags, settings_from_args
 from moderator.connect import start_client, stop_within
+from moderator.errors import InvalidRecord
 from moderator.overrides import text_digest
-from moderator.records import DEFAULT_SCOPE, VERDICTS, Verdict
+from moderator.records import Verdict, parse_verdict
 from moderator.redaction import protect
 
 FLAGGED_LABEL = "toxicity"  # what every nudge or block teaches
@@ -57,29 +58,6 @@ def training_line(text: str, labels: Iterable[str]) -> str:
     """One `text<TAB>labels` line; tabs and line breaks in the text become spaces (the model
     reads normalised text, where they are spaces anyway)."""
     return " ".join(text.split()) + "\t" + ",".join(labels) + "\n"
-
-
-def parse_verdict(value: bytes | None) -> Verdict | None:
-    """The verdict a record holds, or None for one the moderators would refuse too."""
-    try:
-        data = orjson.loads(value or b"")
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    message_id, verdict, at_ms = data.get("message_id"), data.get("verdict"), data.get("at_ms")
-    if not isinstance(message_id, str) or not message_id or verdict not in VERDICTS:
-        return None
-    if type(at_ms) is not int:
-        return None
-    return Verdict(
-        message_id,
-        verdict,
-        str(data.get("moderator_id", "")),
-        data.get("reason"),
-        data.get("scope", DEFAULT_SCOPE),
-        at_ms,
-    )
 
 
 @dataclass
@@ -106,10 +84,15 @@ class Export:
 
 
 def join(
-    reviews: Iterable[bytes | None], verdicts: Iterable[bytes | None], labels: Sequence[str]
+    reviews: Iterable[bytes | None],
+    verdicts: Iterable[bytes | None],
+    labels: Sequence[str],
+    *,
+    max_bytes: int,
 ) -> Export:
     """The training lines of the verdicts (in topic order) on the held messages (review
-    records, in topic order; a repeated one counts once)."""
+    records, in topic order; a repeated one counts once). A verdict the moderators refuse
+    (`parse_verdict`, with their `max_record_bytes`) decided nothing: it counts as invalid."""
     out = Export()
     held: dict[str, dict[str, Any]] = {}
     for value in reviews:
@@ -123,10 +106,12 @@ def join(
         held.setdefault(str(record.get("message_id")), record)
     first: dict[str, Verdict] = {}
     for value in verdicts:
-        verdict = parse_verdict(value)
-        if verdict is None:
+        try:
+            verdict = parse_verdict(value, max_bytes=max_bytes)
+        except InvalidRecord:
             out.invalid += 1
-        elif verdict.message_id not in held:
+            continue
+        if verdict.message_id not in held:
             out.no_review += 1
         elif verdict.message_id in first:
             out.late += 1
@@ -216,7 +201,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     kafka = settings.kafka_options()
     reviews = loop.run(read_values(kafka, review_topic))
     verdicts = loop.run(read_values(kafka, verdict_topic))
-    found = join(reviews, verdicts, labels)
+    found = join(reviews, verdicts, labels, max_bytes=settings.max_record_bytes)
     text = "".join(training_line(t, labels_) for t, labels_ in found.lines)
     if args.out == "-":
         sys.stdout.write(text)

@@ -34,7 +34,14 @@ class TopicFeed(Feed):
     """Sends verdicts nowhere but the board (`echo`: as if read back from the verdict topic)."""
 
     def __init__(self, board: Board, *, echo: bool = True) -> None:
-        super().__init__(board, {}, review_topic="r", verdict_topic="v", decision_topic="d")
+        super().__init__(
+            board,
+            {},
+            review_topic="r",
+            verdict_topic="v",
+            decision_topic="d",
+            max_record_bytes=4096,
+        )
         self.sent: list[Verdict] = []
         self.echo = echo
 

@@ -14,7 +14,7 @@ from console.records import (
     Verdict,
     encode_verdict,
     parse_review,
-    parse_verdict,
+    read_verdict,
 )
 
 NOW = 1_800_000_000_000
@@ -142,19 +142,26 @@ def test_the_broker_status_is_sent_only_when_it_changes(board: Any) -> None:
      b'{"message_id": "m", "verdict": "block", "moderator_id": "", "at_ms": 1}',
      b'{"message_id": "m", "verdict": "block", "moderator_id": "a", "at_ms": "1"}',
      b'{"message_id": "m", "verdict": "block", "moderator_id": "a", "at_ms": 1, "scope": "x"}',
+     b'{"message_id": "m", "verdict": "block", "moderator_id": "a", "at_ms": 1, "scope": null}',
+     b'{"message_id": "m", "verdict": "block", "moderator_id": "a", "at_ms": 1,'
+     b' "override_expires_at_ms": "7d"}',
+     b'{"message_id": "m", "verdict": "block", "moderator_id": "a", "at_ms": 1, "reason": "' +
+     b"x" * 64 + b'"}',  # over max_bytes
      None],
 )  # fmt: skip
-def test_a_verdict_the_console_cannot_use_is_refused(value: bytes | None) -> None:
+def test_a_verdict_the_moderators_would_dead_letter_is_refused(value: bytes | None) -> None:
     with pytest.raises(BadRecord):
-        parse_verdict(value)
+        read_verdict(value, max_bytes=128)
 
 
 def test_a_verdict_round_trips_and_scope_defaults_to_the_channel() -> None:
-    v = parse_verdict(b'{"message_id": "m", "verdict": "nudge", "moderator_id": "a", "at_ms": 5}')
+    v = read_verdict(
+        b'{"message_id": "m", "verdict": "nudge", "moderator_id": "a", "at_ms": 5}', max_bytes=96
+    )
     assert v == Verdict("m", "nudge", "a", None, "channel", 5)  # as the moderators read it
-    assert parse_verdict(encode_verdict(v)) == v
+    assert read_verdict(encode_verdict(v), max_bytes=4096) == v
     lapsing = v._replace(scope="global", override_expires_at_ms=99)
-    assert parse_verdict(encode_verdict(lapsing)) == lapsing
+    assert read_verdict(encode_verdict(lapsing), max_bytes=4096) == lapsing
 
 
 def test_a_review_record_is_read_leniently_and_bounded() -> None:

@@ -16,7 +16,9 @@ from console.feed import Feed
 
 def test_metrics_answer_without_a_login_in_prometheus_text_and_name_no_one() -> None:
     board = Board(undo_grace_s=30, overview_minutes=15)
-    feed = Feed(board, {}, review_topic="r", verdict_topic="v", decision_topic="d")
+    feed = Feed(
+        board, {}, review_topic="r", verdict_topic="v", decision_topic="d", max_record_bytes=4096
+    )
     settings = ConsoleSettings(tokens="alice:alice-token-1")
     served = create_app(settings, board, feed, Claims("", 60, verdict_topic="v"))
     reply = TestClient(served).get("/metrics")  # no lifespan: nothing started, no broker

@@ -28,7 +28,14 @@ class EchoFeed(Feed):
     """No broker: a verdict goes straight back to the board, as read from its topic."""
 
     def __init__(self, board: Board) -> None:
-        super().__init__(board, {}, review_topic="r", verdict_topic="v", decision_topic="d")
+        super().__init__(
+            board,
+            {},
+            review_topic="r",
+            verdict_topic="v",
+            decision_topic="d",
+            max_record_bytes=4096,
+        )
         self.sent: list[Verdict] = []
 
     async def start(self) -> None:

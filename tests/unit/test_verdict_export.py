@@ -15,6 +15,7 @@ from moderator.config import DEFAULT_MODEL_DIR
 from moderator.verdict_export import FLAGGED_LABEL, join, target, training_line
 
 LABELS = ModelInfo.load(DEFAULT_MODEL_DIR).labels
+MAX_BYTES = 4096  # a verdict's size limit (the moderators' max_record_bytes)
 
 
 def held(message_id: str, text: str, reason: str | None = "threat") -> bytes:
@@ -60,6 +61,7 @@ def test_the_first_verdict_decides_and_the_rest_is_counted() -> None:
         [given("m-1", "block"), given("m-2", "allow"), given("m-1", "allow"),  # late
          given("m-9", "block"), b'{"message_id": "m-2", "verdict": "obliterate", "at_ms": 1}'],
         LABELS,
+        max_bytes=MAX_BYTES,
     )  # fmt: skip
     assert sorted(found.lines) == [("gg ez", ()), ("i will find you", (FLAGGED_LABEL, "threat"))]
     counts = (found.decided, found.late, found.no_review, found.pending, found.invalid)
@@ -67,11 +69,23 @@ def test_the_first_verdict_decides_and_the_rest_is_counted() -> None:
     assert "2 lines (1 allowed, 1 flagged) from 2 decided held messages" in found.summary()
 
 
+def test_a_verdict_the_moderators_refuse_decides_nothing() -> None:
+    unsigned = orjson.dumps({"message_id": "m-1", "verdict": "block", "at_ms": 1})  # no moderator
+    found = join(
+        [held("m-1", "i will find you")],
+        [unsigned, given("m-1", "allow", at_ms=2)],
+        LABELS,
+        max_bytes=MAX_BYTES,
+    )
+    assert (found.invalid, found.late, found.lines) == (1, 0, [("i will find you", ())])
+
+
 def test_a_text_held_twice_gives_one_line_its_latest_verdict() -> None:
     found = join(
         [held("m-1", "you absolute walnut", "insult"), held("m-2", "you  absolute walnut")],
         [given("m-2", "allow", at_ms=20), given("m-1", "block", at_ms=10)],
         LABELS,
+        max_bytes=MAX_BYTES,
     )
     assert found.lines == [("you  absolute walnut", ())]
     assert found.same_text == 1
@@ -82,6 +96,7 @@ def test_the_lines_are_a_split_the_model_build_reads(tmp_path: Path) -> None:
         [held("m-1", "line one\twith a tab\nand a break"), held("m-2", "fine", "toxicity")],
         [given("m-1", "block"), given("m-2", "allow")],
         LABELS,
+        max_bytes=MAX_BYTES,
     )
     path = tmp_path / "verdicts.tsv"
     path.write_text("".join(training_line(t, labels) for t, labels in found.lines))
