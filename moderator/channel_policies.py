@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import ConsumerRecord
 
-from moderator.compacted import follow, read_to_end, record_key, stop_following
-from moderator.connect import start_client
+from moderator.compacted import Table
 from moderator.errors import PolicyError
 from moderator.metric_wings import PolicyMetrics
 from moderator.policy import Policy, merge_specs
@@ -111,7 +107,8 @@ def layered(below: Mapping[str, Any], spec: Mapping[str, Any], source: str) -> P
 
 
 class PolicyFeed:
-    """Keeps a PolicyBook in step with the policies topic. `start()` returns once caught up."""
+    """Keeps a PolicyBook in step with the policies topic, read as a compacted.Table. `start()`
+    returns once caught up."""
 
     def __init__(
         self,
@@ -122,50 +119,55 @@ class PolicyFeed:
         replication: int = 1,
     ) -> None:
         self.book = book
-        self.replication = replication
-        self.topic = topic
-        self.options = dict(kafka_options)
         self.metrics = metrics
-        self._consumer: AIOKafkaConsumer | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.table = Table(
+            book,
+            topic,
+            kafka_options,
+            what="policies",
+            reader=compacted_reader,
+            refusal=PolicyError,
+            apply=self._apply,
+            on_change=self._changed,
+            on_refused=self._refused,
+            replication=replication,
+        )
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The topic followed, once started."""
+        return self.table.task
 
     async def start(self) -> None:
         """Create the topic if missing, read it to its end offsets, then follow it."""
-        self._consumer = consumer = await compacted_reader(
-            self.options, self.topic, replication=self.replication, what="policies"
-        )
-        await start_client(consumer, self.options, "the policies consumer")
-        started = time.perf_counter()
-        if not await read_to_end(consumer, self.topic, self._apply_record):
-            log.warning(
-                "no policies topic %s: every channel gets %s", self.topic, self.book.default.ident
-            )
+        ready = await self.table.start()
+        topic, default = self.table.topic, self.book.default.ident
+        if not ready.found:
+            log.warning("no policies topic %s: every channel gets %s", topic, default)
         log.info(
             "policies: %d channel policies, default %s, read from %s in %.2f s",
             len(self.book),
-            self.book.default.ident,
-            self.topic,
-            time.perf_counter() - started,
-        )
-        self.task = asyncio.create_task(
-            follow(consumer, self._apply_record), name="moderator-policies"
+            default,
+            topic,
+            ready.took_s,
         )
 
     async def stop(self) -> None:
-        await stop_following(self.task, self._consumer)
+        await self.table.stop()
 
-    def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
-        value, key = record.value, record_key(record)
+    def _apply(self, key: str, value: bytes | None) -> str:
+        if not key:  # refused before the book: it would take "" for a channel
+            raise PolicyError("policy record without a key")
+        return self.book.apply(key, value)
+
+    def _refused(self, key: str, exc: Exception) -> None:
+        self.metrics.rejected.inc()
         if not key:
-            self.metrics.rejected.inc()
             log.error("policy record without a key (a channel id, or %r) ignored", DEFAULT_KEY)
-            return
-        try:
-            result = self.book.apply(key, value)
-        except PolicyError as exc:
-            self.metrics.rejected.inc()
+        else:
             log.error("%s; the previous policy stays", exc)
-            return
+
+    def _changed(self, key: str, result: str) -> None:
         self.metrics.updates[result].inc()
         self.metrics.policies.set(len(self.book))
         shown = self.book.default if key == DEFAULT_KEY else self.book.for_channel(key)

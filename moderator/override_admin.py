@@ -11,15 +11,13 @@ import datetime
 import getpass
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.structs import ConsumerRecord
+from aiokafka import AIOKafkaProducer
 
-from moderator import audit, loop
+from moderator import audit, compacted, loop
 from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
-from moderator.compacted import OnRecord, read_to_end, record_key
+from moderator.compacted import TopicState
 from moderator.config import Settings, add_setting_flags, settings_from_args
 from moderator.connect import start_client, stop_within
 from moderator.errors import ConfigError
@@ -44,52 +42,21 @@ SETTINGS = {
 }
 COLUMNS = ("digest", "scope", "channel", "action", "moderator", "when", "expires")
 AUDIT_COLUMNS = ("when", "actor", "via", "event", "key", "what")
-
-
-@dataclass(eq=False)
-class TopicState:
-    """The overrides topic as a moderator reading it from the start would have it."""
-
-    book: OverrideBook = field(default_factory=OverrideBook)
-    refused: dict[str, str] = field(default_factory=dict)  # keys whose last record it refuses
-    expired: int = 0  # records read already expired: the moderators ignore them too
-
-
-async def read_state(kafka_options: Mapping[str, Any], topic: str) -> TopicState:
-    """Every record of the topic applied in order, as the moderators apply them."""
-    state = TopicState()
-
-    def keep(r: ConsumerRecord[bytes, bytes]) -> None:
-        key = record_key(r)
-        try:
-            if state.book.apply(key, r.value) == "expired":
-                state.expired += 1
-            state.refused.pop(key, None)
-        except InvalidOverride as exc:
-            state.refused[key] = str(exc)
-
-    await _read(kafka_options, topic, keep)
-    return state
+CLIENT_ID, ROLE = "moderator-override-cli", "reading the overrides"
+OverrideState = TopicState[OverrideBook]  # the topic as a moderator would have it
 
 
 async def read_audit(kafka_options: Mapping[str, Any], topic: str) -> list[dict[str, Any]]:
     """The audit trail's entries, oldest first."""
     entries: list[dict[str, Any]] = []
-    await _read(
-        kafka_options, topic, lambda r: entries.append(e) if (e := audit.parse(r)) else None
+    await compacted.read_whole(
+        kafka_options,
+        topic,
+        lambda r: entries.append(e) if (e := audit.parse(r)) else None,
+        client_id=CLIENT_ID,
+        role=ROLE,
     )
     return entries
-
-
-async def _read(kafka_options: Mapping[str, Any], topic: str, keep: OnRecord) -> None:
-    consumer = AIOKafkaConsumer(
-        **kafka_options, group_id=None, enable_auto_commit=False, client_id="moderator-override-cli"
-    )
-    try:  # closed on every path: a failed start too
-        await start_client(consumer, kafka_options, "reading the overrides")
-        await read_to_end(consumer, topic, keep)
-    finally:
-        await stop_within(consumer)
 
 
 def utc(at_ms: int | None) -> str:
@@ -230,28 +197,29 @@ def _cmd_override(args: argparse.Namespace) -> int:
     if args.action != "list" and (not digest or (args.text is not None and args.digest)):
         print("moderator: error: give a DIGEST or --text, one of them", file=sys.stderr)
         return 2
-    state = loop.run(read_state(kafka, topic))
+    blank = OverrideState(OverrideBook(), InvalidOverride)
+    state = loop.run(compacted.read_state(kafka, topic, blank, client_id=CLIENT_ID, role=ROLE))
     if args.action == "list":
         return _list(state, topic, None if args.text is None else digest)
     assert digest is not None
     return _write(args, settings, state, override_key(digest, args.channel))
 
 
-def _list(state: TopicState, topic: str, digest: str | None) -> int:
+def _list(state: OverrideState, topic: str, digest: str | None) -> int:
     shown = [o for o in state.book.entries() if digest is None or o.digest == digest]
     for o in sorted(shown, key=lambda o: (o.digest, o.channel_id or "")):
         print(row(o))
     for key, why in sorted(state.refused.items()):  # on stderr: stdout stays one per line
         print(f"{key}: REFUSED by the moderators: {why}", file=sys.stderr)
-    if state.expired:
-        print(f"{state.expired} expired override records (ignored)", file=sys.stderr)
+    if expired := state.outcomes["expired"]:
+        print(f"{expired} expired override records (ignored)", file=sys.stderr)
     if not shown:
         what = " for that text" if digest is not None else ""
         print(f"no overrides on {topic}{what}", file=sys.stderr)
     return 0
 
 
-def _write(args: argparse.Namespace, settings: Settings, state: TopicState, key: str) -> int:
+def _write(args: argparse.Namespace, settings: Settings, state: OverrideState, key: str) -> int:
     """`delete` or `expire` the override at `key`."""
     topic, trail, by = settings.override_topic, settings.audit_topic, args.by
     where = key.split(":")[0] + (f" in {args.channel}" if args.channel else " everywhere")
@@ -297,7 +265,7 @@ async def _writing(
     if settings.audit_topic:
         topics[settings.audit_topic] = audit.TOPIC_CONFIG
     await ensure_topics(kafka, dict.fromkeys(topics, 1), configs=topics, replication=replication)
-    producer = AIOKafkaProducer(**kafka, acks="all", client_id="moderator-override-cli")
+    producer = AIOKafkaProducer(**kafka, acks="all", client_id=CLIENT_ID)
     try:
         await start_client(producer, kafka, "writing the overrides")
         await act(producer)

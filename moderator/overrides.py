@@ -33,12 +33,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.structs import ConsumerRecord
+from aiokafka import AIOKafkaProducer
 
-from moderator.compacted import follow, read_to_end, record_key, stop_following
+from moderator.compacted import Table
 from moderator.config import Settings
-from moderator.connect import start_client
 from moderator.errors import ModeratorError
 from moderator.metric_wings import ReviewMetrics
 from moderator.normalize import normalize_text
@@ -225,12 +223,24 @@ class Overrides:
     ) -> None:
         self.book = OverrideBook()
         self.topic = topic
-        self.options = dict(kafka_options)
         self.metrics = metrics
         self.producer = producer  # shared with the publisher, which starts and stops it
-        self.replication = replication
-        self._consumer: AIOKafkaConsumer | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.table = Table(
+            self.book,
+            topic,
+            kafka_options,
+            what="overrides",
+            reader=compacted_reader,
+            refusal=InvalidOverride,
+            on_change=self._changed,
+            on_refused=self._refused,
+            replication=replication,
+        )
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The topic followed, once started."""
+        return self.table.task
 
     def lookup(self, text: str, channel_id: str) -> str | None:
         return self.book.lookup(text, channel_id)
@@ -264,34 +274,19 @@ class Overrides:
 
     async def start(self) -> None:
         """Create the topic if missing, read it to its end offsets, then follow it."""
-        self._consumer = consumer = await compacted_reader(
-            self.options, self.topic, replication=self.replication, what="overrides"
-        )
-        await start_client(consumer, self.options, "the overrides consumer")
-        started = time.perf_counter()
-        if not await read_to_end(consumer, self.topic, self._apply_record):
+        ready = await self.table.start()
+        if not ready.found:
             log.warning("no overrides topic %s: no overrides", self.topic)
-        log.info(
-            "overrides: %d read from %s in %.2f s",
-            len(self.book),
-            self.topic,
-            time.perf_counter() - started,
-        )
-        self.task = asyncio.create_task(
-            follow(consumer, self._apply_record), name="moderator-overrides"
-        )
+        log.info("overrides: %d read from %s in %.2f s", len(self.book), self.topic, ready.took_s)
 
     async def stop(self) -> None:
-        await stop_following(self.task, self._consumer)
+        await self.table.stop()
 
-    def _apply_record(self, record: ConsumerRecord[bytes, bytes]) -> None:
-        key = record_key(record)
-        try:
-            result = self.book.apply(key, record.value)
-        except InvalidOverride as exc:
-            self._count("rejected")
-            log.error("%s; ignored (an earlier override for it stays)", exc)
-            return
+    def _refused(self, key: str, exc: Exception) -> None:
+        self._count("rejected")
+        log.error("%s; ignored (an earlier override for it stays)", exc)
+
+    def _changed(self, key: str, result: str) -> None:
         self._count("removed" if result == "expired" else result)
 
     def _count(self, result: str) -> None:

@@ -9,24 +9,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.structs import ConsumerRecord
+from aiokafka import AIOKafkaProducer
 
+from moderator import compacted
 from moderator.channel_policies import DEFAULT_KEY, PolicyBook
-from moderator.compacted import read_to_end, record_key
+from moderator.compacted import TopicState
 from moderator.connect import start_client, stop_within
 from moderator.errors import PolicyError
 from moderator.policy import Policy
 from moderator.topics import COMPACTED, ensure_topics
 
+CLIENT_ID = "moderator-policy-cli"
+
 
 @dataclass(eq=False)
-class TopicState:
+class PolicyState(TopicState[PolicyBook]):
     """The policies topic as a moderator reading it from the start would have it."""
 
-    book: PolicyBook
     live: dict[str, dict[str, Any]] = field(default_factory=dict)  # last JSON record per key
-    refused: dict[str, str] = field(default_factory=dict)  # keys whose last record it refuses
+
+    def take(self, key: str, value: bytes | None) -> None:
+        """Apply one record as the moderators do (a refused one leaves the previous policy),
+        keeping what was written."""
+        if not key:
+            return  # the moderators ignore a record without a key too
+        self.live.pop(key, None)
+        if value is not None:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                self.live[key] = orjson.loads(value)
+        super().take(key, value)
 
     def in_effect(self, key: str) -> Policy | None:
         """The policy a moderator applies for `key` (`*`: the default); None when the channel
@@ -50,34 +61,13 @@ class TopicState:
         return f"{written}\tREJECTED: {why} (in effect: {(effect or self.book.default).ident})"
 
 
-async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy) -> TopicState:
+async def read_state(kafka_options: Mapping[str, Any], topic: str, base: Policy) -> PolicyState:
     """Every record of the topic applied in order over `base` (the policy file), as the
     moderators apply them: a refused record leaves the previous policy in place."""
-    consumer = AIOKafkaConsumer(
-        **kafka_options, group_id=None, enable_auto_commit=False, client_id="moderator-policy-cli"
+    state = PolicyState(PolicyBook(base), PolicyError)
+    return await compacted.read_state(
+        kafka_options, topic, state, client_id=CLIENT_ID, role="reading the policies"
     )
-    state = TopicState(PolicyBook(base))
-
-    def keep(r: ConsumerRecord[bytes, bytes]) -> None:
-        key = record_key(r)
-        if not key:
-            return  # the moderators ignore a record without a key too
-        state.live.pop(key, None)
-        if r.value is not None:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                state.live[key] = orjson.loads(r.value)
-        try:
-            state.book.apply(key, r.value)
-            state.refused.pop(key, None)
-        except PolicyError as exc:
-            state.refused[key] = str(exc)
-
-    try:  # closed on every path: a failed start too ("Unclosed AIOKafkaConsumer" otherwise)
-        await start_client(consumer, kafka_options, "reading the policies")
-        await read_to_end(consumer, topic, keep)
-        return state
-    finally:
-        await stop_within(consumer)
 
 
 async def write(
@@ -91,7 +81,7 @@ async def write(
     await ensure_topics(
         kafka_options, {topic: 1}, configs={topic: COMPACTED}, replication=replication
     )
-    producer = AIOKafkaProducer(**kafka_options, acks="all", client_id="moderator-policy-cli")
+    producer = AIOKafkaProducer(**kafka_options, acks="all", client_id=CLIENT_ID)
     try:
         await start_client(producer, kafka_options, "publishing the policy")
         value = None if spec is None else orjson.dumps(spec)
