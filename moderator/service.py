@@ -130,8 +130,7 @@ class Moderator:
         tasks.watch(_started(scorer.task))
         producer = _producer(s)
         overrides = self._overrides = overrides_for(s, m.review, producer)
-        # Held messages, context, records:
-        review = review_for(s, m.review, cache, classifier.labels)
+        review = review_for(s, m.review, cache, classifier.labels)  # held messages, rings, records
         held = review.store
         users = Escalation(m.users, s.redis_url, timeout_ms=s.user_state_timeout_ms)
         await self._own(users, users.start())
