@@ -148,11 +148,9 @@ class Pipeline:
         if self.users is not None:  # muted, flooding, spamming or linking: without the model
             before = user_turns.before if user_turns is not None else None
             early = await self.users.before([(m.chat, m.policy) for m in messages], before)
-            for m, verdict in zip(messages, early, strict=True):
-                if verdict is not None:
-                    m.decision = self._decide(
-                        m, fetched, Judged(verdict, {}, (0, len(m.chat.text)))
-                    )
+            for m, ruling in zip(messages, early, strict=True):
+                if ruling is not None:
+                    m.decision = self._decide(m, fetched, Judged(ruling, {}, (0, len(m.chat.text))))
         undecided = [m for m in messages if m.decision is None]
         if self.overrides is not None:  # a moderator's verdict on the same text: no model
             actions = self.overrides.decide([m.chat for m in undecided])
@@ -176,8 +174,8 @@ class Pipeline:
             if scores is not None:
                 m.scores = scores
             elif self.fallback is not None and m.chat.sent_at_ms < late_before_ms:
-                verdict = self.fallback.decide(m.chat.text)
-                judged = Judged(verdict, {}, (0, len(m.chat.text)))
+                ruling = self.fallback.decide(m.chat.text)
+                judged = Judged(ruling, {}, (0, len(m.chat.text)))
                 m.decision = self._decide(m, fetched, judged, degraded=True)
             else:
                 self._submit(m)
@@ -203,7 +201,7 @@ class Pipeline:
         if self.users is not None:  # strikes, and one step up the ladder past the limit
             users = await self.users.after(decided, user_turns.after if user_turns else None)
         else:
-            users = [Escalated(verdict.action, 0, False) for _, _, verdict in decided]
+            users = [Escalated(ruling.action, 0, False) for _, _, ruling in decided]
         outcomes = [_outcome(m, u) for m, u in zip(messages, users, strict=True)]
         if self.review is not None and messages:  # every review decision held, with context
             held = [(m.chat, m.policy, o) for m, o in zip(messages, outcomes, strict=True)]
@@ -266,7 +264,7 @@ class Pipeline:
             queued_s = total_s - score_s
         decided_at_ms = int(time.time() * 1000)
         over_budget = decided_at_ms - msg.sent_at_ms > self.budget_ms
-        verdict = judged.ruling
+        ruling = judged.ruling
         fields: dict[str, Any] = dict(
             scores=judged.scores,
             model=self.model_ident,
@@ -284,9 +282,9 @@ class Pipeline:
         if over_budget:
             self.metrics.over_budget.inc()
         if degraded:
-            self.metrics.degraded[verdict.action].inc()
+            self.metrics.degraded[ruling.action].inc()
         self.metrics.stage_total.observe(total_s)
-        return _Decision(verdict, fields)
+        return _Decision(ruling, fields)
 
 
 def _decided(m: _Message) -> _Decision:
@@ -296,12 +294,12 @@ def _decided(m: _Message) -> _Decision:
 
 def _outcome(m: _Message, users: Escalated) -> Outcome:
     """`m`'s decision record, with its action as the users' rules left it."""
-    verdict, fields = _decided(m)
+    ruling, fields = _decided(m)
     value = encode_decision(
         m.chat,
         action=users.action,
-        reason=verdict.reason,
-        severity=verdict.severity,
+        reason=ruling.reason,
+        severity=ruling.severity,
         strikes=users.strikes,
         escalated=users.escalated,
         **fields,

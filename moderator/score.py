@@ -1,5 +1,5 @@
 """`moderator score`: JSON lines on stdin, one decision per line on stdout, without Kafka or
-Redis: the pipeline's screen, model and policy (verdicts.decide_texts) on each line's text, and
+Redis: the pipeline's screen, model and policy (screen.decide_texts) on each line's text, and
 the policy's user rules (moderator/users.py) on this process's state, line after line, for lines
 with a `user_id`."""
 
@@ -166,11 +166,11 @@ def decide_lines(
     for row in rows:
         if "error" not in row:
             judged, up = next(decided)
-            verdict = judged.ruling
+            ruling = judged.ruling
             row.update(
                 action=up.action,
-                reason=verdict.reason,
-                severity=verdict.severity,
+                reason=ruling.reason,
+                severity=ruling.severity,
                 scores={k: round(v, 4) for k, v in judged.scores.items()},
                 model=reader.classifier.info.ident,
                 policy=policy.ident,

@@ -165,12 +165,12 @@ class Escalation:
         found = {i: code for (i, _), code in zip(counted, codes, strict=True)}
         out: list[Ruling | None] = []
         for i, (msg, policy) in enumerate(items):
-            verdict = _verdict(policy, found.get(i, 0))
-            if verdict is None and (domain := policy.users.link_domain(msg.text)) is not None:
-                verdict = Ruling(policy.users.link_action, f"{LINK_REASON}:{domain}")
-            if verdict is not None and verdict.reason is not None:
-                self.metrics.rules[verdict.reason.split(":", 1)[0]].inc()
-            out.append(verdict)
+            ruling = _ruling(policy, found.get(i, 0))
+            if ruling is None and (domain := policy.users.link_domain(msg.text)) is not None:
+                ruling = Ruling(policy.users.link_action, f"{LINK_REASON}:{domain}")
+            if ruling is not None and ruling.reason is not None:
+                self.metrics.rules[ruling.reason.split(":", 1)[0]].inc()
+            out.append(ruling)
         return out
 
     def _after(
@@ -181,9 +181,9 @@ class Escalation:
     ) -> list[Escalated]:
         found = {i: r for (i, _), r in zip(counted, results, strict=True)}
         out = []
-        for i, (_, policy, verdict) in enumerate(items):
+        for i, (_, policy, ruling) in enumerate(items):
             strikes, up = found.get(i, (0, False))
-            action = escalated(verdict.action, policy.actions) if up else verdict.action
+            action = escalated(ruling.action, policy.actions) if up else ruling.action
             if up:
                 self.metrics.escalated.inc()
             out.append(Escalated(action, strikes, up))
@@ -252,8 +252,8 @@ def _counted_after(
     items: Sequence[tuple[ChatMessage, Policy, Ruling]],
 ) -> list[tuple[int, Strike]]:
     return [
-        (i, _strike(msg, policy, verdict))
-        for i, (msg, policy, verdict) in enumerate(items)
+        (i, _strike(msg, policy, ruling))
+        for i, (msg, policy, ruling) in enumerate(items)
         if policy.users.strikes
     ]
 
@@ -275,10 +275,10 @@ def _seen(msg: ChatMessage, policy: Policy) -> Seen | None:
     return Seen(*ids, *flood, repeat_k, rules.repeat_window_s * 1000, digest)
 
 
-def _strike(msg: ChatMessage, policy: Policy, verdict: Ruling) -> Strike:
+def _strike(msg: ChatMessage, policy: Policy, ruling: Ruling) -> Strike:
     rules = policy.users
     # A muted message is no strike: a mute would otherwise renew itself.
-    flagged = verdict.action != policy.actions[0] and verdict.reason != MUTED_REASON
+    flagged = ruling.action != policy.actions[0] and ruling.reason != MUTED_REASON
     return Strike(
         *(msg.user_id, msg.channel_id, msg.message_id, msg.sent_at_ms, flagged),
         *(rules.strikes, rules.strike_window_s * 1000, rules.mute_s * 1000),
@@ -286,7 +286,7 @@ def _strike(msg: ChatMessage, policy: Policy, verdict: Ruling) -> Strike:
     )
 
 
-def _verdict(policy: Policy, code: int) -> Ruling | None:
+def _ruling(policy: Policy, code: int) -> Ruling | None:
     rules = policy.users
     if code == MUTED:
         return Ruling("block" if "block" in policy.actions else policy.actions[-1], MUTED_REASON)

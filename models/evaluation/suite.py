@@ -1,6 +1,6 @@
 """Our functional suite (`data/suite.tsv`) and the padding probes, judged as the runtime judges.
 
-Our model is judged by what `moderator score` decides for a line (`verdicts.decide_texts`:
+Our model is judged by what `moderator score` decides for a line (`screen.decide_texts`:
 allow phrases, deny terms, the classifier, the default policy), so whatever the runtime adds on
 that path (long-message windows, language routing) is measured here without a second copy of
 it. A teacher, which has no policy, by its own rule as in the real-text section
@@ -102,7 +102,7 @@ class Scorer:
 
 
 def runtime_judge(classifier: Classifier, policy: Policy, batch: int = SCORE_BATCH) -> Judge:
-    """What `moderator score` decides for each text (`verdicts.decide_texts`, the path it and the
+    """What `moderator score` decides for each text (`screen.decide_texts`, the path it and the
     pipeline share), `batch` lines at a time as it reads them."""
     from moderator.language import LanguageGate
     from moderator.screen import Reader, decide_texts
