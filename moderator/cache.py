@@ -28,7 +28,8 @@ from moderator.tasks import cancel, reraise_cancel
 
 log = logging.getLogger(__name__)
 
-# The stored format's name: renaming it would orphan every entry already in Redis.
+# The stored format's name; it says `verdict` but holds scores. Renaming it would orphan every
+# entry already in Redis (a rolling deploy would need reads under both prefixes), so it stays.
 KEY_PREFIX = "moderator:verdict:v1:"
 WARN_EVERY_S = 60.0
 
