@@ -39,7 +39,7 @@ class Book(Protocol):
 B = TypeVar("B", bound=Book)
 
 
-class Reader(Protocol):
+class CompactedReader(Protocol):
     """topics.compacted_reader: the topic made sure of, and a consumer outside any group, not
     started. Passed in: this module sits beside topics, not above it (tests/unit/test_layout.py
     caps the import chain)."""
@@ -72,7 +72,7 @@ class Table(Generic[B]):
         kafka_options: Mapping[str, Any],
         *,
         what: str,
-        reader: Reader,
+        reader: CompactedReader,
         refusal: type[Exception],
         on_change: Callable[[str, str], None],
         on_refused: Callable[[str, Exception], None],
