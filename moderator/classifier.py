@@ -170,7 +170,11 @@ class Classifier:
         return self.info.labels
 
     def encode(self, texts: Sequence[str]) -> list[TokenIds]:
-        """Token ids of each text after `normalize_text`, truncated to the model's length.
+        """Token ids of each text after `normalize_text`, truncated to the model's length."""
+        return self.encode_normalized([normalize_text(t) for t in texts])
+
+    def encode_normalized(self, normalized: Sequence[str]) -> list[TokenIds]:
+        """`encode` of texts normalised already (the pipeline's `text.Text.normalized`).
 
         The tokenizer reads a whole text before it truncates (a 60 KiB message costs ~30 ms of
         the event loop), so a long text is first cut at a space near `HEAD_CHARS_PER_TOKEN`
@@ -179,7 +183,6 @@ class Classifier:
         could change them, and only a head that does not (mostly characters the tokenizer
         drops) is read again whole. The ids are the same either way.
         """
-        normalized = [normalize_text(t) for t in texts]
         limit = self.info.max_length
         cap = limit * HEAD_CHARS_PER_TOKEN
         heads = [_head(t, cap) for t in normalized]

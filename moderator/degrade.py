@@ -17,7 +17,7 @@ from pathlib import Path
 from moderator.config import DEGRADED_MODES, Settings
 from moderator.errors import ConfigError
 from moderator.policy import Ruling
-from moderator.terms import Term, TermMatcher
+from moderator.terms import Term, TermMatcher, Worded
 
 DENYLIST_REASON = "denylist"
 OVERLOAD_REASON = "overload"
@@ -47,7 +47,7 @@ class Fallback:
         phrases = [line.split("#", 1)[0].strip() for line in text.splitlines()]
         return cls(mode, [p for p in phrases if p])
 
-    def decide(self, text: str) -> Ruling:
+    def decide(self, text: str | Worded) -> Ruling:
         if self.mode == "allow":
             return Ruling("allow", OVERLOAD_REASON)
         if self.mode == "block":

@@ -129,9 +129,10 @@ class LanguageGate:
         ranked: list[tuple[str, float]] = self._identifier.rank(_NOISE.sub(" ", text))
         return ranked
 
-    def detect(self, text: str) -> str | None:
+    def detect(self, text: str, normalized: str | None = None) -> str | None:
         """The language code of `text` when it is confidently a language the model does not
-        read, else None (supported, too short to tell, or unsure).
+        read, else None (supported, too short to tell, or unsure). `normalized`: the caller's
+        `normalize_text(text)` (text.Text.normalized), read when the whole text is.
 
         Only the first `max_chars` characters are read (cut at a space): the detector walks
         every byte in Python, about 0.6 ms per 1,000 characters. A long message is judged
@@ -140,8 +141,8 @@ class LanguageGate:
         """
         if len(text) > self.max_chars:
             cut = text.rfind(" ", 0, self.max_chars)
-            text = text[: cut if cut > 0 else self.max_chars]
-        text = normalize_text(text)
+            text, normalized = text[: cut if cut > 0 else self.max_chars], None
+        text = normalize_text(text) if normalized is None else normalized
         letters, words = evidence(text, (self.min_letters, self.min_words))
         if letters < self.min_letters or words < self.min_words:
             return None

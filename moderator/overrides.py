@@ -3,13 +3,14 @@ normalised text is the same, without the model (decision reason `override`).
 
 They live in a compacted topic (default `chat.overrides`, one partition, so its order is the
 order they were written in): key `<digest>` (scope `global`) or `<digest>:<channel_id>` (scope
-`channel`), digest = sha256 hex of `normalize.normalize_text(text)`, value the override as JSON
-(moderator/schemas/override.schema.json), a tombstone deletes it. The latest record of a key
-wins. An override may carry `expires_at_ms`: from then on it decides nothing (checked at each
-lookup), and one read already expired (a replay) is dropped like a tombstone, so the compacted
-topic needs no cleaner for it to stop. Every instance reads the whole topic before it is ready
-and then follows it, like the channel policies; the instance that applies a verdict writes its
-override (`record_verdict`) and obeys it at once, the others within a poll (`compacted.POLL_MS`).
+`channel`), digest = sha256 hex of `normalize.normalize_text(text)` (`text.Text.digest`), value
+the override as JSON (moderator/schemas/override.schema.json), a tombstone deletes it. The
+latest record of a key wins. An override may carry `expires_at_ms`: from then on it decides
+nothing (checked at each lookup), and one read already expired (a replay) is dropped like a
+tombstone, so the compacted topic needs no cleaner for it to stop. Every instance reads the
+whole topic before it is ready and then follows it, like the channel policies; the instance that
+applies a verdict writes its override (`record_verdict`) and obeys it at once, the others within
+a poll (`compacted.POLL_MS`).
 
 No Redis. The issue says "cached in Redis"; it would earn its place only if an instance could not
 hold every override, and it can: each instance must replay the whole topic before it is ready
@@ -25,7 +26,6 @@ to pay; admin reads (`moderator override list`) read the topic, the source of tr
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import re
 import time
@@ -39,8 +39,8 @@ from moderator.compacted import Table
 from moderator.config import Settings
 from moderator.errors import ModeratorError
 from moderator.metric_wings import ReviewMetrics
-from moderator.normalize import normalize_text
 from moderator.records import SCOPES, VERDICTS, ChatMessage, Verdict
+from moderator.text import Text
 from moderator.topics import compacted_reader
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def wall_ms() -> int:
 
 def text_digest(text: str) -> str:
     """The digest overrides are keyed by: sha256 hex of the normalised text."""
-    return hashlib.sha256(normalize_text(text).encode("utf-8")).hexdigest()
+    return Text(text).digest
 
 
 def override_key(digest: str, channel_id: str | None = None) -> str:
@@ -142,11 +142,12 @@ class Override(NamedTuple):
 def from_verdict(text: str, channel_id: str, verdict: Verdict) -> Override | None:
     """The override a verdict on a message with `text` makes; None for a text that normalises to
     nothing (it would match every empty message)."""
-    if not normalize_text(text):
+    made = Text(text)
+    if not made.normalized:
         return None
     channel = verdict.scope == "channel"
     return Override(
-        digest=text_digest(text),
+        digest=made.digest,
         scope="channel" if channel else "global",
         channel_id=channel_id if channel else None,
         action=verdict.verdict,
@@ -245,12 +246,20 @@ class Overrides:
     def lookup(self, text: str, channel_id: str) -> str | None:
         return self.book.lookup(text, channel_id)
 
-    def decide(self, messages: Sequence[ChatMessage]) -> list[str | None]:
-        """Per message, the human's action when an override covers it (counted), else None."""
+    def decide(
+        self, messages: Sequence[ChatMessage], texts: Sequence[Text] | None = None
+    ) -> list[str | None]:
+        """Per message, the human's action when an override covers it (counted), else None.
+        `texts`: each message's text.Text when the caller made them (else made here)."""
         if not len(self.book):
             return [None] * len(messages)
         now_ms, before = wall_ms(), len(self.book)
-        actions = [self.book.lookup(m.text, m.channel_id, now_ms) for m in messages]
+        made = texts if texts is not None else [Text(m.text) for m in messages]
+        found = [
+            self.book.find(t.digest, m.channel_id, now_ms)
+            for m, t in zip(messages, made, strict=True)
+        ]
+        actions = [f.action if f is not None else None for f in found]
         if len(self.book) != before:  # an override expired meanwhile: the gauge follows
             self.metrics.overrides.set(len(self.book))
         for action in actions:

@@ -1,15 +1,16 @@
 """One fetched batch of records → one outcome per record (a decision or a dead letter).
 
-Parse and validate, find the channel's policy, let the users' rules decide the messages of
-muted, flooding or spamming users and refused links (moderator/users.py), then moderators'
-overrides of the same text (moderator/overrides.py), screen each text (its deny terms or empty
-text decide without the model, a long text is cut into windows, the language gate names a
-language the model does not read; moderator/screen.py, shared with `moderator score`), look
-the scores of the rest up in the cache, send the misses to the model (each window a row of the
-micro-batcher, gathered; identical texts are scored once), apply the policy, count strikes and
-move an action up past the policy's limit (the users' rules again), encode the decision, and
-hold each `review` decision with its channel's context (moderator/review.py). No Kafka here:
-the service feeds records in and publishes the outcomes in the same order.
+Parse and validate (each message's text made once, moderator/text.py), find the channel's
+policy, let the users' rules decide the messages of muted, flooding or spamming users and
+refused links (moderator/users.py), then moderators' overrides of the same text
+(moderator/overrides.py), screen each text (its deny terms or empty text decide without the
+model, a long text is cut into windows, the language gate names a language the model does not
+read; moderator/screen.py, shared with `moderator score`), look the scores of the rest up in the
+cache, send the misses to the model (each window a row of the micro-batcher, gathered; identical
+texts are scored once), apply the policy, count strikes and move an action up past the policy's
+limit (the users' rules again), encode the decision, and hold each `review` decision with its
+channel's context (moderator/review.py). No Kafka here: the service feeds records in and
+publishes the outcomes in the same order.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from moderator.records import (
 )
 from moderator.review import Review
 from moderator.screen import Judged, Reader, Screened, judge, screen
+from moderator.text import Text
 from moderator.turns import Turn
 from moderator.users import Escalated, Escalation, UserTurns
 
@@ -63,6 +65,7 @@ class _Message:
 
     record: InboundRecord
     chat: ChatMessage
+    text: Text  # its text, made once: every step reads its forms from it
     policy: Policy  # the channel's
     screened: Screened | None = None  # its windows, when the model must score it
     key: bytes = b""  # its score cache key
@@ -143,23 +146,27 @@ class Pipeline:
             except InvalidRecord as err:
                 slots.append(dead_letter(record, err))
                 continue
-            slots.append(_Message(record, chat, self.policies.for_channel(chat.channel_id)))
+            policy = self.policies.for_channel(chat.channel_id)
+            slots.append(_Message(record, chat, Text(chat.text), policy))
         messages = [m for m in slots if isinstance(m, _Message)]
         if self.users is not None:  # muted, flooding, spamming or linking: without the model
             before = user_turns.before if user_turns is not None else None
-            early = await self.users.before([(m.chat, m.policy) for m in messages], before)
+            items, texts = [(m.chat, m.policy) for m in messages], [m.text for m in messages]
+            early = await self.users.before(items, before, texts)
             for m, ruling in zip(messages, early, strict=True):
                 if ruling is not None:
                     m.decision = self._decide(m, fetched, Judged(ruling, {}, (0, len(m.chat.text))))
         undecided = [m for m in messages if m.decision is None]
         if self.overrides is not None:  # a moderator's verdict on the same text: no model
-            actions = self.overrides.decide([m.chat for m in undecided])
+            actions = self.overrides.decide(
+                [m.chat for m in undecided], [m.text for m in undecided]
+            )
             for m, action in zip(undecided, actions, strict=True):
                 if action is not None:
                     judged = Judged(Ruling(action, OVERRIDE_REASON), {}, (0, len(m.chat.text)))
                     m.decision = self._decide(m, fetched, judged)
             undecided = [m for m in undecided if m.decision is None]
-        screened = screen(self.reader, [(m.policy, m.chat.text) for m in undecided])
+        screened = screen(self.reader, [(m.policy, m.text) for m in undecided])
         for m, text in zip(undecided, screened, strict=True):
             if text.ruling is not None:  # decided without the model: a deny term, empty text
                 m.decision = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
@@ -174,7 +181,7 @@ class Pipeline:
             if scores is not None:
                 m.scores = scores
             elif self.fallback is not None and m.chat.sent_at_ms < late_before_ms:
-                ruling = self.fallback.decide(m.chat.text)
+                ruling = self.fallback.decide(m.text)
                 judged = Judged(ruling, {}, (0, len(m.chat.text)))
                 m.decision = self._decide(m, fetched, judged, degraded=True)
             else:

@@ -33,6 +33,7 @@ from moderator.terms import (
     SEVERITIES,
     Term,
     TermMatcher,
+    Worded,
     default_term_entries,
     deny_entries,
 )
@@ -220,11 +221,13 @@ class Policy:
                 ", ".join(missing),
             )
 
-    def without_allowed(self, text: str) -> str:
+    def without_allowed(self, text: str | Worded) -> str:
         """`text` with its allowed phrases cut out: what deny matching and the model see."""
-        return text if self.terms is None else self.terms.without_allowed(text)
+        if self.terms is None:
+            return text if isinstance(text, str) else text.raw
+        return self.terms.without_allowed(text)
 
-    def deny_ruling(self, text: str) -> Ruling | None:
+    def deny_ruling(self, text: str | Worded) -> Ruling | None:
         """The most severe action of the deny terms in `text` (allowed phrases do not count),
         or None when none matches: then the model decides."""
         if self.terms is None:
@@ -306,11 +309,7 @@ def _thresholds(table: object, where: str) -> dict[str, float]:
 
 
 def _rule(
-    label: str,
-    spec: object,
-    actions: Sequence[str],
-    severity: Mapping[str, float],
-    where: str,
+    label: str, spec: object, actions: Sequence[str], severity: Mapping[str, float], where: str
 ) -> Rule:
     if not isinstance(spec, Mapping):
         raise PolicyError(f"{where} must be a table")

@@ -10,7 +10,8 @@ that nothing flagged goes to review (unread text is not silently allowed), and t
 action for an unsupported language applies when it is the more severe (English insults inside
 foreign text still act). How the scores are found is the caller's: the pipeline looks them up
 in the cache and sends misses through the micro-batcher, window by window, `moderator score`
-runs the model once per chunk (`decide_texts`).
+runs the model once per chunk (`decide_texts`). Each text is a `text.Text`: its deny terms and
+allowed phrases, the model, the windows and the language gate read its forms, made once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from moderator.cache import cache_key
 from moderator.classifier import Classifier, Scores, TokenIds
 from moderator.language import LanguageGate
 from moderator.policy import ALLOW, EMPTY_TEXT, Policy, Ruling
+from moderator.text import Text
 from moderator.windows import MAX_WINDOWS, Span, WindowScorer
 
 TRUNCATED_REASON = "truncated"
@@ -45,12 +47,14 @@ class Reader:
         self.windows = WindowScorer(classifier, max_windows=max_windows)
         self.gate = gate
 
-    def language(self, text: str, spans: Sequence[Span]) -> str | None:
+    def language(self, text: Text, spans: Sequence[Span]) -> str | None:
         """The first unsupported language the gate names in the windows `spans` of `text`."""
         if self.gate is None:
             return None
+        if spans == ((0, len(text.raw)),):  # one window: the whole text, normalised already
+            return self.gate.detect(text.raw, text.normalized)
         for start, end in spans:
-            if (code := self.gate.detect(text[start:end])) is not None:
+            if (code := self.gate.detect(text.raw[start:end])) is not None:
                 return code
         return None
 
@@ -92,31 +96,32 @@ class Judged(NamedTuple):
     language: str | None = None
 
 
-def screen(reader: Reader, texts: Sequence[tuple[Policy, str]]) -> list[Screened]:
+def screen(reader: Reader, texts: Sequence[tuple[Policy, Text]]) -> list[Screened]:
     """Each (policy, text) pair screened by its policy, the undecided ones encoded in one call."""
     out: list[Screened] = []
-    undecided: list[tuple[int, str]] = []
+    undecided: list[tuple[int, Text]] = []
     for policy, text in texts:
         blanked = policy.without_allowed(text)  # the same length: spans stay the text's
-        denied = policy.deny_ruling(blanked)
+        left = text if blanked is text.raw else Text(blanked)
+        denied = policy.deny_ruling(left)
         if denied is None:
-            undecided.append((len(out), blanked))
-        out.append(Screened(denied, (), (), len(text)))
+            undecided.append((len(out), left))
+        out.append(Screened(denied, (), (), len(text.raw)))
     classifier = reader.classifier
-    encoded = classifier.encode([text for _, text in undecided])
+    encoded = classifier.encode_normalized([text.normalized for _, text in undecided])
     for (i, text), ids in zip(undecided, encoded, strict=True):
         if not classifier.has_content(ids):
             out[i] = out[i]._replace(ruling=EMPTY_TEXT)
             continue
         rows: tuple[TokenIds, ...] = (ids,)
-        spans: tuple[Span, ...] = ((0, len(text)),)
+        spans: tuple[Span, ...] = ((0, len(text.raw)),)
         truncated = False
         if len(ids) >= classifier.info.max_length:  # it may go on past one window
-            windows = reader.windows.windows(text)
+            windows = reader.windows.windows(text.raw, text.normalized)
             if len(windows.ids) > 1:
                 rows, spans, truncated = tuple(windows.ids), windows.spans, windows.truncated
         language = reader.language(text, spans)
-        out[i] = Screened(None, rows, spans, len(text), truncated, language)
+        out[i] = Screened(None, rows, spans, len(text.raw), truncated, language)
     return out
 
 
@@ -146,7 +151,7 @@ def judge(reader: Reader, policy: Policy, screened: Screened, rows: Scores | Non
 
 def decide_texts(reader: Reader, policy: Policy, texts: Sequence[str]) -> list[Judged]:
     """The decision on each text, the windows the model must score run as one padded batch."""
-    screened = screen(reader, [(policy, text) for text in texts])
+    screened = screen(reader, [(policy, Text(text)) for text in texts])
     rows = reader.classifier.score_ids([row for s in screened for row in s.rows])
     out: list[Judged] = []
     start = 0

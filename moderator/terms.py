@@ -9,7 +9,8 @@ innocent word that contains a term (`class`, `assassin`, `Scunthorpe`) never mat
 by its letters with repeats collapsed (`fuuuck` finds `fuck`; `as` does not find `ass`, a repeat
 in a term must be there in the text), also with a common ending cut off (`-s`, `-ing`, `-er`). A
 `*` or `#` between letters stands for one letter (`f*ck`). Pure: no I/O beyond reading the
-packaged list.
+packaged list. A matcher reads a plain string, or a text whose words are made already (`Worded`,
+moderator/text.py), so a message's words are made once for its allowed phrases and deny terms.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from moderator.errors import PolicyError
 from moderator.normalize import fold_lookalikes
@@ -63,10 +64,26 @@ class Match(NamedTuple):
     end: int
 
 
-class _Word(NamedTuple):
+class Word(NamedTuple):
+    """One word of a text as terms are matched against it."""
+
     letters: str  # the skeleton of one word (may hold `?` for a masked letter)
     start: int  # span in the original text
     end: int
+
+
+class Worded(Protocol):
+    """A text whose words are made once for every matcher that reads them (moderator/text.py)."""
+
+    @property
+    def raw(self) -> str: ...
+
+    @property
+    def words(self) -> Sequence[Word]: ...
+
+
+def _words_of(text: str | Worded) -> Sequence[Word]:
+    return words(text) if isinstance(text, str) else text.words
 
 
 def _fold(ch: str) -> str:
@@ -79,16 +96,16 @@ def _fold(ch: str) -> str:
     return fold_lookalikes("".join(c for c in folded if unicodedata.category(c) != "Mn"))
 
 
-def words(text: str, *, leet_always: bool = False) -> list[_Word]:
+def words(text: str, *, leet_always: bool = False) -> list[Word]:
     """The words of `text` as skeletons with their original spans, single letters spelled
     apart joined. `leet_always`: read `4`, `@`, ... as letters even in a word without one (a
     term like `@55`)."""
-    out: list[_Word] = []
+    out: list[Word] = []
     if text.isascii():  # the common case: plain words need no character-by-character pass
         for tok in _TOKEN.finditer(text):
             word = tok.group(0)
             if word.isalpha():
-                out.append(_Word(word.lower(), tok.start(), tok.end()))
+                out.append(Word(word.lower(), tok.start(), tok.end()))
             else:
                 start = tok.start()
                 chars = [(c, start + k) for k, c in enumerate(word.lower())]
@@ -108,7 +125,7 @@ def words(text: str, *, leet_always: bool = False) -> list[_Word]:
     return _join_spelled_apart(out)
 
 
-def _token_words(token: Sequence[tuple[str, int]], leet_always: bool) -> list[_Word]:
+def _token_words(token: Sequence[tuple[str, int]], leet_always: bool) -> list[Word]:
     has_letter = leet_always or any(c.isalpha() for c, _ in token)
     letters: list[tuple[str, int]] = []
     for k, (c, i) in enumerate(token):
@@ -125,26 +142,26 @@ def _token_words(token: Sequence[tuple[str, int]], leet_always: bool) -> list[_W
             letters.append((_WILD, i))
         else:
             letters.append((" ", i))  # punctuation splits the token into words
-    out: list[_Word] = []
+    out: list[Word] = []
     run: list[tuple[str, int]] = []
     for c, i in [*letters, (" ", -1)]:
         if c != " ":
             run.append((c, i))
         elif run:
-            out.append(_Word("".join(x for x, _ in run), run[0][1], run[-1][1] + 1))
+            out.append(Word("".join(x for x, _ in run), run[0][1], run[-1][1] + 1))
             run = []
     return out
 
 
-def _join_spelled_apart(ws: list[_Word]) -> list[_Word]:
-    out: list[_Word] = []
+def _join_spelled_apart(ws: list[Word]) -> list[Word]:
+    out: list[Word] = []
     i = 0
     while i < len(ws):
         j = i
         while j < len(ws) and len(ws[j].letters) == 1:
             j += 1
         if j - i >= _JOIN_AT:
-            out.append(_Word("".join(w.letters for w in ws[i:j]), ws[i].start, ws[j - 1].end))
+            out.append(Word("".join(w.letters for w in ws[i:j]), ws[i].start, ws[j - 1].end))
             i = j
         else:
             out.append(ws[i])
@@ -188,9 +205,9 @@ class TermMatcher:
         ]
         self._allow = [a for a in self._allow if a]
 
-    def find(self, text: str) -> list[Match]:
+    def find(self, text: str | Worded) -> list[Match]:
         """Deny terms in `text`, in text order, except those inside an allowed phrase."""
-        ws = words(text)
+        ws = _words_of(text)
         shapes = [_shape(w.letters) for w in ws]
         allowed = self._allowed_spans(shapes)
         found: list[Match] = []
@@ -204,21 +221,22 @@ class TermMatcher:
                     found.append(Match(term, ws[i].start, ws[i + n - 1].end))
         return found
 
-    def without_allowed(self, text: str) -> str:
+    def without_allowed(self, text: str | Worded) -> str:
         """`text` with each allowed phrase blanked by spaces (the same object if none): the same
         length, so character offsets stay the text's, and the same tokens (normalisation folds
         a run of spaces into one)."""
+        raw = text if isinstance(text, str) else text.raw
         if not self._allow:
-            return text
-        ws = words(text)
+            return raw
+        ws = _words_of(text)
         spans = self._allowed_spans([_shape(w.letters) for w in ws])
         if not spans:
-            return text
+            return raw
         out, last = [], 0
         for a, b in spans:
-            out += [text[last : ws[a].start], " " * (ws[b - 1].end - ws[a].start)]
+            out += [raw[last : ws[a].start], " " * (ws[b - 1].end - ws[a].start)]
             last = ws[b - 1].end
-        return "".join(out) + text[last:]
+        return "".join(out) + raw[last:]
 
     def _allowed_spans(self, shapes: Sequence[tuple[str, Any]]) -> list[tuple[int, int]]:
         """(first word, past the last word) of each allowed phrase in the text."""
@@ -232,7 +250,7 @@ class TermMatcher:
         return sorted(spans)
 
     def _lookup(
-        self, ws: Sequence[_Word], shapes: Sequence[tuple[str, tuple[int, ...]]]
+        self, ws: Sequence[Word], shapes: Sequence[tuple[str, tuple[int, ...]]]
     ) -> Term | None:
         head = [s[0] for s in shapes[:-1]]
         last, counts = shapes[-1]

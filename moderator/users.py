@@ -28,7 +28,6 @@ there is no such order to keep, and a mute set by a batch's `after` holds from t
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,11 +40,11 @@ from redis.retry import Retry
 
 from moderator.cache import WARN_EVERY_S
 from moderator.metric_wings import UserMetrics
-from moderator.normalize import normalize_text
 from moderator.policy import Policy, Ruling
 from moderator.records import ChatMessage
 from moderator.redaction import redact_url
 from moderator.tasks import reraise_cancel
+from moderator.text import Text
 from moderator.turns import Turn, Turns
 from moderator.user_rules import escalated
 from moderator.user_state import MUTED, RATE_LIMITED, SPAM, MemoryState, RedisState, Seen, Strike
@@ -121,11 +120,15 @@ class Escalation:
         return UserTurns(self._turns[0].take(), self._turns[1].take())
 
     async def before(
-        self, items: Sequence[tuple[ChatMessage, Policy]], turn: Turn | None = None
+        self,
+        items: Sequence[tuple[ChatMessage, Policy]],
+        turn: Turn | None = None,
+        texts: Sequence[Text] | None = None,
     ) -> list[Ruling | None]:
         """Per message, the decision the user rules make without the model, or None; after the
-        before steps of the batches fetched earlier (`turn`), which it then finishes."""
-        counted = _counted_before(items)
+        before steps of the batches fetched earlier (`turn`), which it then finishes. `texts`:
+        each message's text.Text when the caller made them (else made here)."""
+        counted = _counted_before(items, texts)
         batch = [s for _, s in counted]
         remote = self._redis.before if self._redis is not None else None
         codes = await _in_turn(
@@ -243,8 +246,11 @@ async def _in_turn(turn: Turn | None, step: Callable[[], Awaitable[list[R]]]) ->
             turn.finish()
 
 
-def _counted_before(items: Sequence[tuple[ChatMessage, Policy]]) -> list[tuple[int, Seen]]:
-    seen = [(i, _seen(msg, policy)) for i, (msg, policy) in enumerate(items)]
+def _counted_before(
+    items: Sequence[tuple[ChatMessage, Policy]], texts: Sequence[Text] | None = None
+) -> list[tuple[int, Seen]]:
+    made = texts if texts is not None else [Text(msg.text) for msg, _ in items]
+    seen = [(i, _seen(m, p, t)) for i, ((m, p), t) in enumerate(zip(items, made, strict=True))]
     return [(i, s) for i, s in seen if s is not None]
 
 
@@ -258,17 +264,15 @@ def _counted_after(
     ]
 
 
-def _seen(msg: ChatMessage, policy: Policy) -> Seen | None:
-    """What `before` counts of `msg`, or None when its policy has no rule on."""
+def _seen(msg: ChatMessage, policy: Policy, text: Text) -> Seen | None:
+    """What `before` counts of `msg` (its text `text`), or None when its policy has no rule on."""
     rules = policy.users
     if not rules.on:
         return None
     repeat_k = rules.repeat_channels
     digest = ""
     if repeat_k:
-        # Case, spacing, punctuation and look-alike letters do not make a text new.
-        folded = "".join(ch for ch in normalize_text(msg.text).casefold() if ch.isalnum())
-        digest = hashlib.blake2b(folded.encode(), digest_size=16).hexdigest() if folded else ""
+        digest = text.repeat_key  # case, spacing, punctuation, look-alikes: not a new text
         repeat_k = repeat_k if digest else 0  # an empty text repeats nothing
     ids = (msg.user_id, msg.channel_id, msg.message_id, msg.sent_at_ms)
     flood = (rules.flood_messages, rules.flood_window_s * 1000)

@@ -150,8 +150,9 @@ class WindowScorer:
     def plan(self, n_tokens: int) -> WindowPlan:
         return plan_windows(n_tokens, self.size, self.stride, self.max_windows)
 
-    def windows(self, text: str) -> Windows:
-        """The windows of `text` (normalised here, as `Classifier.encode` does).
+    def windows(self, text: str, normalized: str | None = None) -> Windows:
+        """The windows of `text` (normalised here, as `Classifier.encode` does, unless the caller
+        has `normalized`, its `normalize_text(text)`).
 
         A text longer than the characters the capped windows can read is tokenized only at its
         two ends, each cut at whitespace (so its tokens are the whole text's): a 64 KiB message
@@ -160,7 +161,7 @@ class WindowScorer:
         ends = self._ends(text)
         if ends is not None:
             return ends
-        piece = self._piece(text, 0)
+        piece = self._piece(text, 0, normalized)
         plan = self.plan(len(piece.ids))
         rows = [self._row(piece.ids[a:b]) for a, b in plan.windows]
         spans = tuple(_span(piece, a, b, len(text)) for a, b in plan.windows)
@@ -179,8 +180,8 @@ class WindowScorer:
     def _row(self, content: TokenIds) -> TokenIds:
         return np.concatenate([self._head_ids, content, self._tail_ids])
 
-    def _piece(self, text: str, base: int) -> _Piece:
-        normalized, origins = normalize_with_origins(text)
+    def _piece(self, text: str, base: int, normalized: str | None = None) -> _Piece:
+        normalized, origins = normalize_with_origins(text, normalized)
         encoding = self.tokenizer.encode(normalized)
         head, tail = self._specials
         n = len(encoding.ids)
@@ -236,15 +237,17 @@ _ASCII_LETTER = re.compile(r"[A-Za-z]")
 _DROPPED = ("Cf", "Cc", "Cs", "Co", "Cn")
 
 
-def normalize_with_origins(text: str) -> tuple[str, list[int]]:
-    """`normalize_text(text)` and, for each of its characters, the index in `text` it came from.
+def normalize_with_origins(text: str, expected: str | None = None) -> tuple[str, list[int]]:
+    """`normalize_text(text)` (`expected`, when the caller has it) and, for each of its
+    characters, the index in `text` it came from.
 
     The steps of `normalize_text`, each keeping the origin of what it keeps. Should they ever
     disagree with `normalize_text` (a composition across characters that the per-character
     steps do not see), the origins are spread evenly instead: a span is then approximate,
     never outside the text.
     """
-    expected = normalize_text(text)
+    if expected is None:
+        expected = normalize_text(text)
     if text.isascii():
         drops = [(m.start(), m.end()) for m in _ASCII_CONTROLS.finditer(text)]
         folded, origins = _drop(text, list(range(len(text))), drops)

@@ -11,6 +11,7 @@ from moderator.classifier import Classifier
 from moderator.errors import PolicyError
 from moderator.policy import EMPTY_TEXT, Policy, Ruling
 from moderator.screen import Reader, Screened, decide_texts, judge, screen
+from moderator.text import Text
 
 FRIENDLY = (
     "hey everyone, hope you are all having a great day, the stream was fun yesterday "
@@ -31,7 +32,7 @@ def long_text(reader: Reader, windows: int) -> str:
 def test_a_one_window_text_keeps_todays_ids_key_and_whole_text_span(
     reader: Reader, classifier: Classifier
 ) -> None:
-    (s,) = screen(reader, [(POLICY, "gg wp, that clutch was insane")])
+    (s,) = screen(reader, [(POLICY, Text("gg wp, that clutch was insane"))])
     (ids,) = classifier.encode(["gg wp, that clutch was insane"])
     assert s.ids is not None
     assert np.array_equal(s.ids, ids)
@@ -46,7 +47,7 @@ def test_a_long_text_is_scored_on_every_window_and_names_the_one_that_acted(
     reader: Reader,
 ) -> None:
     text = long_text(reader, 3) + "you are a worthless piece of shit, go die. " + FRIENDLY * 3
-    (s,) = screen(reader, [(POLICY, text)])
+    (s,) = screen(reader, [(POLICY, Text(text))])
     windows = reader.windows.windows(text)
     assert len(s.rows) == len(windows.ids) > 3
     assert s.spans == windows.spans
@@ -67,17 +68,17 @@ def test_the_cache_key_of_a_long_text_covers_every_window_and_the_plan(
     reader: Reader, classifier: Classifier
 ) -> None:
     text = long_text(reader, 4)
-    (s,) = screen(reader, [(POLICY, text)])
+    (s,) = screen(reader, [(POLICY, Text(text))])
     key = s.key("abc", reader)
-    assert key == screen(reader, [(POLICY, text)])[0].key("abc", reader)  # stable
+    assert key == screen(reader, [(POLICY, Text(text))])[0].key("abc", reader)  # stable
     assert key not in {cache_key("abc", row) for row in s.rows}
     assert key != s.key("abd", reader)  # the model's digest
     other = Reader(classifier, max_windows=len(s.rows) + 1)  # same windows, another cap
-    (same,) = screen(other, [(POLICY, text)])
+    (same,) = screen(other, [(POLICY, Text(text))])
     assert [r.tolist() for r in same.rows] == [r.tolist() for r in s.rows]
     assert same.key("abc", other) != key
     changed = text[: s.spans[1][0]] + "now " + text[s.spans[1][0] :]  # one window's tokens
-    assert screen(reader, [(POLICY, changed)])[0].key("abc", reader) != key
+    assert screen(reader, [(POLICY, Text(changed))])[0].key("abc", reader) != key
 
 
 def test_past_the_cap_the_first_and_last_windows_are_read_and_marked_truncated(
@@ -85,7 +86,7 @@ def test_past_the_cap_the_first_and_last_windows_are_read_and_marked_truncated(
 ) -> None:
     capped = Reader(classifier, max_windows=2)
     text = FRIENDLY * 20
-    (s,) = screen(capped, [(POLICY, text)])
+    (s,) = screen(capped, [(POLICY, Text(text))])
     assert s.truncated
     assert len(s.rows) == 2
     assert s.spans[0][0] == 0
@@ -125,7 +126,7 @@ def test_the_acting_label_names_the_span_not_the_highest_score(reader: Reader) -
 
 
 def test_an_unsupported_language_goes_to_review_unless_the_model_says_more(reader: Reader) -> None:
-    (s,) = screen(reader, [(POLICY, SPANISH)])
+    (s,) = screen(reader, [(POLICY, Text(SPANISH))])
     assert s.language == "es"
     quiet = [{"insult": 0.1}]
     judged = judge(reader, POLICY, s._replace(spans=((0, 20),)), as_rows(reader, quiet))
@@ -140,7 +141,8 @@ def test_an_unsupported_language_goes_to_review_unless_the_model_says_more(reade
 
 def test_the_gate_runs_after_deny_terms_and_the_empty_text_check(reader: Reader) -> None:
     deny = Policy.from_mapping({**POLICY.spec, "deny": [{"term": "pedazo", "action": "nudge"}]})
-    (denied, empty, english) = screen(reader, [(deny, SPANISH), (POLICY, "   "), (POLICY, "gg wp")])
+    texts = [(deny, Text(SPANISH)), (POLICY, Text("   ")), (POLICY, Text("gg wp"))]
+    (denied, empty, english) = screen(reader, texts)
     assert denied.ruling is not None
     assert denied.ruling.reason == "deny:policy:custom"
     assert denied.language is None
