@@ -26,7 +26,7 @@ from moderator.classifier import Classifier, Scores, TokenIds
 from moderator.language import LanguageGate
 from moderator.policy import ALLOW, EMPTY_TEXT, Policy, Ruling
 from moderator.text import Text
-from moderator.windows import MAX_WINDOWS, Span, WindowScorer
+from moderator.windows import MAX_WINDOWS, Span, WindowScorer, highest
 
 TRUNCATED_REASON = "truncated"
 UNSUPPORTED_LANGUAGE_REASON = "unsupported_language"  # reason "unsupported_language:<code>"
@@ -132,9 +132,7 @@ def judge(reader: Reader, policy: Policy, screened: Screened, rows: Scores | Non
     if screened.ruling is not None or rows is None:
         assert screened.ruling is not None, "a text the model must score needs its scores"
         return Judged(screened.ruling, {}, whole)
-    rows = np.atleast_2d(rows)
-    best = np.argmax(rows, axis=0)
-    scores = rows[best, np.arange(rows.shape[1])]
+    scores, best = highest(np.atleast_2d(rows))
     named = reader.classifier.as_dict(scores)
     ruling = policy.decide(named)
     labels = reader.classifier.labels

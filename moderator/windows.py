@@ -77,6 +77,13 @@ def plan_windows(n_tokens: int, size: int, stride: int, max_windows: int) -> Win
     return WindowPlan(tuple((s, s + size) for s in starts), True)
 
 
+def highest(rows: Scores) -> tuple[Scores, npt.NDArray[np.intp]]:
+    """Each label's highest score over a text's windows (`rows`, `[n_windows, n_labels]`) and
+    the window that gave it: a hostile line anywhere in a long message acts."""
+    best = np.argmax(rows, axis=0)
+    return rows[best, np.arange(rows.shape[1])], best
+
+
 class WindowScores(NamedTuple):
     """A message's scores over its windows."""
 
@@ -172,9 +179,7 @@ class WindowScorer:
         return self.score_windows(self.windows(text))
 
     def score_windows(self, windows: Windows) -> WindowScores:
-        rows = self.classifier.score_ids(windows.ids)
-        best = np.argmax(rows, axis=0)
-        scores = rows[best, np.arange(rows.shape[1])]
+        scores, best = highest(self.classifier.score_ids(windows.ids))
         return WindowScores(scores, best, windows.spans, windows.truncated)
 
     def _row(self, content: TokenIds) -> TokenIds:

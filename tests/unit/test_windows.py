@@ -10,6 +10,7 @@ from moderator.normalize import normalize_text
 from moderator.windows import (
     MAX_WINDOWS,
     WindowScorer,
+    highest,
     normalize_with_origins,
     plan_windows,
 )
@@ -24,6 +25,13 @@ HOSTILE = "you are a worthless piece of shit, go die"
 @pytest.fixture(scope="module")
 def scorer(classifier: Classifier) -> WindowScorer:
     return WindowScorer(classifier)
+
+
+def test_a_labels_score_is_its_highest_over_the_windows_with_the_window_that_gave_it() -> None:
+    rows = np.asarray([[0.1, 0.9, 0.3], [0.8, 0.2, 0.3]], dtype=np.float32)
+    scores, best = highest(rows)
+    assert scores.tolist() == pytest.approx([0.8, 0.9, 0.3])
+    assert best.tolist() == [1, 0, 0], "a tie goes to the first window"
 
 
 @given(
