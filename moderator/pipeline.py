@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+import orjson
 
 from moderator.batcher import MicroBatcher, ModelResult
 from moderator.cache import ScoreCache
@@ -41,7 +42,7 @@ from moderator.records import (
     Timing,
     carried_headers,
     dead_letter,
-    encode_decision,
+    decision_record,
     parse_message,
 )
 from moderator.review import Review
@@ -56,7 +57,7 @@ class _Decision(NamedTuple):
     users' rules may still move the action up and count the strike)."""
 
     ruling: Ruling
-    fields: dict[str, Any]  # encode_decision's other arguments
+    fields: dict[str, Any]  # decision_record's other arguments
 
 
 @dataclass(eq=False, slots=True)
@@ -302,7 +303,7 @@ def _decided(m: _Message) -> _Decision:
 def _outcome(m: _Message, users: Escalated) -> Outcome:
     """`m`'s decision record, with its action as the users' rules left it."""
     ruling, fields = _decided(m)
-    value = encode_decision(
+    record = decision_record(
         m.chat,
         action=users.action,
         reason=ruling.reason,
@@ -314,7 +315,8 @@ def _outcome(m: _Message, users: Escalated) -> Outcome:
     key = m.record.key
     if key is None:  # keep one channel's decisions together even for unkeyed input
         key = m.chat.channel_id.encode()
-    return Outcome(key, value, carried_headers(m.record), action=users.action)
+    value = orjson.dumps(record)
+    return Outcome(key, value, carried_headers(m.record), action=users.action, decision=record)
 
 
 async def _gathered(calls: list[asyncio.Future[ModelResult]]) -> ModelResult:

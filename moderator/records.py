@@ -4,8 +4,8 @@ the publisher sends for it (`Outcome`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, ParamSpec, Protocol
 
 import orjson
 
@@ -56,6 +56,7 @@ class Outcome(NamedTuple):
     error_code: str | None = None  # a dead letter's reason (its `moderator.error.code`)
     review: bytes | None = None  # a `review` decision's review record (moderator/review.py)
     review_key: bytes | None = None  # its key: the message id
+    decision: dict[str, Any] | None = None  # a decision's record, `value` before encoding
 
     @property
     def dead_letter(self) -> bool:
@@ -201,7 +202,7 @@ class Timing(NamedTuple):
     total_ms: float
 
 
-def encode_decision(
+def decision_record(
     msg: ChatMessage,
     *,
     action: str,
@@ -221,10 +222,10 @@ def encode_decision(
     final: bool = False,
     strikes: int = 0,
     escalated: bool = False,
-) -> bytes:
-    """The outbound decision record (moderator/schemas/decision.schema.json). `final`: the
-    one decision that ends a held message's review (moderator/held.py)."""
-    record: dict[str, object] = {
+) -> dict[str, Any]:
+    """The outbound decision record (moderator/schemas/decision.schema.json), as its JSON reads
+    back. `final`: the one decision that ends a held message's review (moderator/held.py)."""
+    record: dict[str, Any] = {
         "message_id": msg.message_id,
         "channel_id": msg.channel_id,
         "user_id": msg.user_id,
@@ -243,7 +244,7 @@ def encode_decision(
         },
         "over_budget": over_budget,
         "decided_at_ms": decided_at_ms,
-        "span": span,
+        "span": list(span),
         "truncated": truncated,
         "final": final,
         "strikes": strikes,  # the user's, in the policy's window (moderator/users.py)
@@ -251,7 +252,21 @@ def encode_decision(
     }
     if language is not None:  # only when the gate named a language the model does not read
         record["language"] = language
-    return orjson.dumps(record)
+    return record
+
+
+_P = ParamSpec("_P")
+
+
+def _as_json(record: Callable[_P, dict[str, Any]]) -> Callable[_P, bytes]:
+    def encoded(*args: _P.args, **kwargs: _P.kwargs) -> bytes:
+        return orjson.dumps(record(*args, **kwargs))
+
+    return encoded
+
+
+# The outbound decision record as JSON, from decision_record's arguments.
+encode_decision = _as_json(decision_record)
 
 
 def dlq_headers(

@@ -27,7 +27,7 @@ both are acknowledged (moderator/publisher.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -94,8 +94,9 @@ def select_context(
 
 def held_message(chat: ChatMessage, policy: Policy, outcome: Outcome, now_ms: int) -> Held:
     """What is kept of a held message: enough for its review record, its final decision, the
-    agreement counters and an override (its text)."""
-    decision = orjson.loads(outcome.value or b"{}")
+    agreement counters and an override (its text); read from the decision's record as the
+    pipeline made it (`outcome.decision`), not decoded again from its JSON."""
+    decision = _record(outcome)
     rules = review_rules(policy.spec, policy.actions, policy.ident)  # validated when loaded
     key = outcome.key if outcome.key is not None else chat.channel_id.encode()
     return {
@@ -133,13 +134,17 @@ REVIEW_FIELDS = (
 )
 
 
-def with_review(decision: bytes | None, held: Held) -> bytes:
-    """The `review` decision with its `review` field: when its final decision is due and the
-    fallback it then gets, the held message's own, so a chat service plans with what the timeout
-    will actually do (moderator/schemas/decision.schema.json)."""
-    fields = orjson.loads(decision or b"{}")
-    fields["review"] = {"due_at_ms": held["expires_at_ms"], "fallback": held["review_fallback"]}
-    return orjson.dumps(fields)
+def with_review(decision: Mapping[str, Any], held: Held) -> bytes:
+    """The `review` decision (its record) with its `review` field, as JSON: when its final
+    decision is due and the fallback it then gets, the held message's own, so a chat service
+    plans with what the timeout will actually do (moderator/schemas/decision.schema.json)."""
+    due = {"due_at_ms": held["expires_at_ms"], "fallback": held["review_fallback"]}
+    return orjson.dumps({**decision, "review": due})
+
+
+def _record(outcome: Outcome) -> dict[str, Any]:
+    assert outcome.decision is not None, "a decision's outcome carries its record"
+    return outcome.decision
 
 
 def encode_review(held: Held, context: list[dict[str, Any]], *, context_missing: bool) -> bytes:
@@ -217,7 +222,7 @@ class Review:
                 )
             value = encode_review(held, context, context_missing=rings is None)
             outcomes[i] = outcomes[i]._replace(
-                value=with_review(outcomes[i].value, held),
+                value=with_review(_record(outcomes[i]), held),
                 review=value,
                 review_key=held["message_id"].encode(),
             )

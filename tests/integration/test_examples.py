@@ -61,8 +61,10 @@ def held(message_id: str, held_at_ms: int, fallback: str) -> tuple[bytes, dict[s
     spec = {**read_spec(), "review_timeout_s": 300, "review_fallback": fallback}
     chat = ChatMessage(message_id, "c-1", "u-1", f"text of {message_id}", 1)
     value = decision(message_id, "review")
-    kept = held_message(chat, Policy.from_mapping(spec), Outcome(None, value, []), held_at_ms)
-    return with_review(value, kept), kept
+    record = orjson.loads(value)
+    outcome = Outcome(None, value, [], decision=record)
+    kept = held_message(chat, Policy.from_mapping(spec), outcome, held_at_ms)
+    return with_review(record, kept), kept
 
 
 def scenario(now_ms: int) -> tuple[list[bytes], list[str]]:

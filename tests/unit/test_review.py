@@ -15,7 +15,7 @@ from moderator.finals import encode_final, final_key
 from moderator.held import FINAL_KEEP_S, HeldStore, RedisUnavailable
 from moderator.metrics import Metrics
 from moderator.policy import Policy, read_spec
-from moderator.records import ChatMessage, Outcome, Timing, Verdict, encode_decision, parse_verdict
+from moderator.records import ChatMessage, Outcome, Timing, Verdict, decision_record, parse_verdict
 from moderator.review import (
     Review,
     encode_review,
@@ -108,7 +108,7 @@ def review_decision(**fields: Any) -> Outcome:
     decision = {"action": "review", "reason": "deny:policy:test", "severity": "medium",
                 "scores": {"threat": 0.6}, "model": "m@1", "policy": "p@1", "span": [0, 20],
                 "truncated": False, **fields}  # fmt: skip
-    return Outcome(None, orjson.dumps(decision), [], action="review")
+    return Outcome(None, orjson.dumps(decision), [], action="review", decision=decision)
 
 
 def test_a_held_message_makes_a_review_record_and_a_final_decision_its_schemas_take() -> None:
@@ -198,15 +198,16 @@ async def test_a_review_decision_says_the_deadline_and_fallback_its_held_message
     policy = Policy.from_mapping(
         {**read_spec(), "review_timeout_s": 90, "review_fallback": "block"}
     )
-    value = encode_decision(CHAT, action="review", reason="threat", severity="medium",
-                            scores={"threat": 0.6}, model="m@1", policy=policy.ident,
-                            cached=False, degraded=False, timing=Timing(0.0, 1.0, 1.0),
-                            decided_at_ms=5, over_budget=False, span=(0, 20))  # fmt: skip
+    record = decision_record(CHAT, action="review", reason="threat", severity="medium",
+                             scores={"threat": 0.6}, model="m@1", policy=policy.ident,
+                             cached=False, degraded=False, timing=Timing(0.0, 1.0, 1.0),
+                             decided_at_ms=5, over_budget=False, span=(0, 20))  # fmt: skip
+    value = orjson.dumps(record)
     allowed = ChatMessage("m-10", "c-1", "u-1", "gg", 2)
     store = HeldStore(NoRedis(enabled=True), Metrics().review, group="g", timeout_s=0.1)
     review = Review(store, Metrics().review, context=5, context_bytes=4096, labels=())
     held_out, allowed_out = await review.after_decisions(
-        [(CHAT, policy, Outcome(None, value, [], action="review")),
+        [(CHAT, policy, Outcome(None, value, [], action="review", decision=record)),
          (allowed, policy, Outcome(None, b'{"action": "allow"}', [], action="allow"))]
     )  # fmt: skip
     decision = check_decision(orjson.loads(held_out.value or b""))

@@ -10,7 +10,14 @@ import pytest
 
 from moderator.errors import InvalidRecord
 from moderator.policy import DEFAULT_ACTIONS
-from moderator.records import ChatMessage, Timing, dlq_headers, encode_decision, parse_message
+from moderator.records import (
+    ChatMessage,
+    Timing,
+    decision_record,
+    dlq_headers,
+    encode_decision,
+    parse_message,
+)
 from moderator.review import with_review
 from tests.contract import SCHEMAS, check_dead_letter_headers, check_decision, validator
 
@@ -31,8 +38,8 @@ def decision(**overrides: Any) -> dict[str, Any]:
 def held(**overrides: Any) -> dict[str, Any]:
     """A `review` decision as the moderator publishes it once the message is held."""
     kept = {"expires_at_ms": 1732240600005, "review_fallback": "allow"}
-    value = encode_decision(MSG, **{**FIELDS, "action": "review", **overrides})
-    return dict(orjson.loads(with_review(value, kept)))
+    record = decision_record(MSG, **{**FIELDS, "action": "review", **overrides})
+    return dict(orjson.loads(with_review(record, kept)))
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
