@@ -119,44 +119,16 @@ class Classifier:
         self.model_dir = model_dir
         self.info = ModelInfo.load(model_dir) if info is None else info
         model_path = model_dir / "model.onnx" if graph is None else graph
-        if not model_path.is_file():
-            raise ModelError(f"{model_path.parent}: no {model_path.name}")
-        if verify and graph is None:
-            digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
-            if digest != self.info.sha256:
-                raise ModelError(
-                    f"{model_path}: sha256 {digest[:12]}… does not match the manifest's "
-                    f"{self.info.sha256[:12]}…; rebuild the model or fix the manifest"
-                )
+        _check_graph(model_path, self.info.sha256 if verify and graph is None else None)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.info.max_length)
         self.tokenizer.no_padding()
         pad = self.tokenizer.token_to_id("[PAD]")
         self.pad_id = pad if pad is not None else 0
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # ORT's idle worker threads busy-wait by default. Next to an event loop, a broker client
-        # and Redis on a few cores that spinning starves them: on 2 cores it turned a 12 ms p50
-        # into 500 ms (BENCHMARKS.md, "spin"). Sleeping threads cost microseconds per batch.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         self.threads = threads
         self._warm = False
-        self.session = ort.InferenceSession(
-            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        graph_inputs = {i.name for i in self.session.get_inputs()}
-        wanted = {"input_ids", "attention_mask", "token_type_ids"}
-        if not {"input_ids", "attention_mask"} <= graph_inputs or not graph_inputs <= wanted:
-            raise ModelError(
-                f"{model_path}: inputs are {sorted(graph_inputs)}; the contract is "
-                "input_ids and attention_mask (and token_type_ids only if needed)"
-            )
-        self._needs_token_types = "token_type_ids" in graph_inputs
+        self.session = _session(model_path, threads)
+        self._needs_token_types = _needs_token_types(model_path, self.session)
         self._output = self.session.get_outputs()[0].name
         log.info(
             "loaded model %s (%d labels) with %d intra-op threads",
@@ -244,6 +216,48 @@ class Classifier:
     def as_dict(self, scores: Scores) -> dict[str, float]:
         """One row of scores keyed by label."""
         return {label: float(s) for label, s in zip(self.labels, scores, strict=True)}
+
+
+def _check_graph(model_path: Path, sha256: str | None) -> None:
+    """ModelError when `model_path` is missing, or when it is not the file `sha256` names."""
+    if not model_path.is_file():
+        raise ModelError(f"{model_path.parent}: no {model_path.name}")
+    if sha256 is not None:
+        digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
+        if digest != sha256:
+            raise ModelError(
+                f"{model_path}: sha256 {digest[:12]}… does not match the manifest's "
+                f"{sha256[:12]}…; rebuild the model or fix the manifest"
+            )
+
+
+def _session(model_path: Path, threads: int) -> ort.InferenceSession:
+    """An ONNX Runtime session on the CPU, `threads` intra-op threads that sleep when idle."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # ORT's idle worker threads busy-wait by default. Next to an event loop, a broker client
+    # and Redis on a few cores that spinning starves them: on 2 cores it turned a 12 ms p50
+    # into 500 ms (BENCHMARKS.md, "spin"). Sleeping threads cost microseconds per batch.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return ort.InferenceSession(
+        str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _needs_token_types(model_path: Path, session: ort.InferenceSession) -> bool:
+    """Whether the graph takes token_type_ids; ModelError when its inputs break the contract."""
+    graph_inputs = {i.name for i in session.get_inputs()}
+    wanted = {"input_ids", "attention_mask", "token_type_ids"}
+    if not {"input_ids", "attention_mask"} <= graph_inputs or not graph_inputs <= wanted:
+        raise ModelError(
+            f"{model_path}: inputs are {sorted(graph_inputs)}; the contract is "
+            "input_ids and attention_mask (and token_type_ids only if needed)"
+        )
+    return "token_type_ids" in graph_inputs
 
 
 def padded(batch: Sequence[TokenIds], pad_id: int) -> tuple[TokenIds, TokenIds]:

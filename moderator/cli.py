@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -98,7 +99,18 @@ def _parser() -> argparse.ArgumentParser:
         "--version", action=_Version, nargs=0, help="the version and the default model, then exit"
     )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    _register_run(sub)
+    score.register(sub)
+    override_admin.register(sub)
+    verdict_export.register(sub)
+    _register_policy(sub)
+    for plugin in sorted(entry_points(group=COMMANDS), key=lambda ep: ep.name):
+        plugin.load()(sub)
+    return parser
 
+
+def _register_run(sub: argparse._SubParsersAction[Any]) -> None:
+    """`moderator run`: the processor."""
     run = command(
         sub,
         "run",
@@ -120,10 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     log_flags(run, argparse.SUPPRESS)
     run.set_defaults(command=_cmd_run)
 
-    score.register(sub)
-    override_admin.register(sub)
-    verdict_export.register(sub)
 
+def _register_policy(sub: argparse._SubParsersAction[Any]) -> None:
+    """`moderator policy put | get | delete | list`: per-channel policies on their topic."""
     pol = command(
         sub,
         "policy",
@@ -173,10 +184,6 @@ def _parser() -> argparse.ArgumentParser:
         add_setting_flags(cmd, POLICY_SETTINGS[name])
         log_flags(cmd, argparse.SUPPRESS)
         cmd.set_defaults(command=_cmd_policy, action=name)
-
-    for plugin in sorted(entry_points(group=COMMANDS), key=lambda ep: ep.name):
-        plugin.load()(sub)
-    return parser
 
 
 class _Version(argparse.Action):

@@ -1,16 +1,15 @@
 """One fetched batch of records → one outcome per record (a decision or a dead letter).
 
-Parse and validate (each message's text made once, moderator/text.py), find the channel's
-policy, let the users' rules decide the messages of muted, flooding or spamming users and
-refused links (moderator/users.py), then moderators' overrides of the same text
-(moderator/overrides.py), screen each text (its deny terms or empty text decide without the
-model, a long text is cut into windows, the language gate names a language the model does not
-read; moderator/screen.py, shared with `moderator score`), look the scores of the rest up in the
-cache, send the misses to the model (each window a row of the micro-batcher, gathered; identical
-texts are scored once), apply the policy, count strikes and move an action up past the policy's
-limit (the users' rules again), encode the decision, and hold each `review` decision with its
-channel's context (moderator/review.py). No Kafka here: the service feeds records in and
-publishes the outcomes in the same order.
+Parse and validate, find the channel's policy, let the users' rules decide the messages of
+muted, flooding or spamming users and refused links (moderator/users.py), then moderators'
+overrides of the same text (moderator/overrides.py), screen each text (its deny terms or empty
+text decide without the model, a long text is cut into windows, the language gate names a
+language the model does not read; moderator/screen.py, shared with `moderator score`), look
+the scores of the rest up in the cache, send the misses to the model (each window a row of the
+micro-batcher, gathered; identical texts are scored once), apply the policy, count strikes and
+move an action up past the policy's limit (the users' rules again), encode the decision, and
+hold each `review` decision with its channel's context (moderator/review.py). No Kafka here:
+the service feeds records in and publishes the outcomes in the same order.
 """
 
 from __future__ import annotations
@@ -138,60 +137,70 @@ class Pipeline:
         self, records: Sequence[InboundRecord], turn: Turn | None, user_turns: UserTurns | None
     ) -> list[Outcome]:
         fetched = time.perf_counter()
-        slots: list[Outcome | _Message] = []
-        for record in records:  # validate
-            try:
-                chat = parse_message(
-                    record.value, timestamp_ms=record.timestamp, max_bytes=self.max_record_bytes
-                )
-            except InvalidRecord as err:
-                slots.append(dead_letter(record, err))
-                continue
-            policy = self.policies.for_channel(chat.channel_id)
-            slots.append(_Message(record, chat, Text(chat.text), policy))
+        slots = [self._parse(record) for record in records]
         messages = [m for m in slots if isinstance(m, _Message)]
-        if self.users is not None:  # muted, flooding, spamming or linking: without the model
-            before = user_turns.before if user_turns is not None else None
+        undecided = await self._without_model(messages, fetched, user_turns)
+        await self._score(self._screen(undecided, fetched), fetched)
+        ordered = iter(await self._outcomes(messages, turn, user_turns))
+        return [slot if isinstance(slot, Outcome) else next(ordered) for slot in slots]
+
+    def _parse(self, record: InboundRecord) -> Outcome | _Message:
+        """The message, its text made once and its channel's policy; or, invalid, a dead letter."""
+        try:
+            chat = parse_message(
+                record.value, timestamp_ms=record.timestamp, max_bytes=self.max_record_bytes
+            )
+        except InvalidRecord as err:
+            return dead_letter(record, err)
+        return _Message(record, chat, Text(chat.text), self.policies.for_channel(chat.channel_id))
+
+    async def _without_model(
+        self, messages: list[_Message], fetched: float, user_turns: UserTurns | None
+    ) -> list[_Message]:
+        """Decide what the users' rules and the overrides decide; the rest, still undecided."""
+        if self.users is not None:  # muted, flooding, spamming or linking
             items, texts = [(m.chat, m.policy) for m in messages], [m.text for m in messages]
-            early = await self.users.before(items, before, texts)
+            early = await self.users.before(items, user_turns.before if user_turns else None, texts)
             for m, ruling in zip(messages, early, strict=True):
                 if ruling is not None:
-                    m.decision = self._decide(m, fetched, Judged(ruling, {}, (0, len(m.chat.text))))
-        undecided = [m for m in messages if m.decision is None]
-        if self.overrides is not None:  # a moderator's verdict on the same text: no model
-            actions = self.overrides.decide(
-                [m.chat for m in undecided], [m.text for m in undecided]
-            )
-            for m, action in zip(undecided, actions, strict=True):
+                    m.decision = self._decide(m, fetched, _unscored(m, ruling))
+        left = [m for m in messages if m.decision is None]
+        if self.overrides is not None:  # a moderator's verdict on the same text
+            actions = self.overrides.decide([m.chat for m in left], [m.text for m in left])
+            for m, action in zip(left, actions, strict=True):
                 if action is not None:
-                    judged = Judged(Ruling(action, OVERRIDE_REASON), {}, (0, len(m.chat.text)))
+                    judged = _unscored(m, Ruling(action, OVERRIDE_REASON))
                     m.decision = self._decide(m, fetched, judged)
-            undecided = [m for m in undecided if m.decision is None]
+            left = [m for m in left if m.decision is None]
+        return left
+
+    def _screen(self, undecided: list[_Message], fetched: float) -> list[_Message]:
+        """Decide what a deny term or an empty text decides; the rest to look up, with its keys."""
         screened = screen(self.reader, [(m.policy, m.text) for m in undecided])
         for m, text in zip(undecided, screened, strict=True):
-            if text.ruling is not None:  # decided without the model: a deny term, empty text
+            if text.ruling is not None:
                 m.decision = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
             else:
                 m.screened, m.key = text, text.key(self.model_sha256, self.reader)
                 self.metrics.message_windows.observe(len(text.rows))
+        return [m for m in undecided if m.decision is None]
 
-        lookups = [m for m in undecided if m.decision is None]
+    async def _score(self, lookups: list[_Message], fetched: float) -> None:
+        """Scores from the cache, else the model (a late miss: the fallback's ruling); decided."""
         hits = await self.cache.get_many([m.key for m in lookups])
         late_before_ms = int(time.time() * 1000) - self.budget_ms
         for m, scores in zip(lookups, hits, strict=True):
             if scores is not None:
                 m.scores = scores
             elif self.fallback is not None and m.chat.sent_at_ms < late_before_ms:
-                ruling = self.fallback.decide(m.text)
-                judged = Judged(ruling, {}, (0, len(m.chat.text)))
+                judged = _unscored(m, self.fallback.decide(m.text))
                 m.decision = self._decide(m, fetched, judged, degraded=True)
             else:
                 self._submit(m)
-
         calls = {id(m.model_call): m.model_call for m in lookups if m.model_call is not None}
         if calls:
             await asyncio.gather(*calls.values())
-        for m in lookups:  # decide
+        for m in lookups:
             if m.decision is not None:  # degraded
                 continue
             if m.model_call is None or not m.owner:  # from the cache, or another's model call
@@ -205,17 +214,21 @@ class Pipeline:
             m.decision = self._decide_on_scores(
                 m, fetched, s.scores, cached=False, score_s=s.score_s, queued_s=s.queued_s
             )
+
+    async def _outcomes(
+        self, messages: list[_Message], turn: Turn | None, user_turns: UserTurns | None
+    ) -> list[Outcome]:
+        """The decisions, strikes counted (an action up past the limit), review decisions held."""
         decided = [(m.chat, m.policy, _decided(m).ruling) for m in messages]
-        if self.users is not None:  # strikes, and one step up the ladder past the limit
+        if self.users is not None:
             users = await self.users.after(decided, user_turns.after if user_turns else None)
         else:
             users = [Escalated(ruling.action, 0, False) for _, _, ruling in decided]
         outcomes = [_outcome(m, u) for m, u in zip(messages, users, strict=True)]
-        if self.review is not None and messages:  # every review decision held, with context
+        if self.review is not None and messages:
             held = [(m.chat, m.policy, o) for m, o in zip(messages, outcomes, strict=True)]
             outcomes = await self.review.after_decisions(held, turn)
-        ordered = iter(outcomes)
-        return [slot if isinstance(slot, Outcome) else next(ordered) for slot in slots]
+        return outcomes
 
     def _submit(self, m: _Message) -> None:
         """Send `m` to the model, or, single flight, join the call already scoring its text (from
@@ -293,6 +306,11 @@ class Pipeline:
             self.metrics.degraded[ruling.action].inc()
         self.metrics.stage_total.observe(total_s)
         return _Decision(ruling, fields)
+
+
+def _unscored(m: _Message, ruling: Ruling) -> Judged:
+    """A ruling made without the model: no scores, the whole text its span."""
+    return Judged(ruling, {}, (0, len(m.chat.text)))
 
 
 def _decided(m: _Message) -> _Decision:

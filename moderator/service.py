@@ -36,7 +36,7 @@ from moderator.overrides import Overrides, overrides_for
 from moderator.pipeline import Pipeline
 from moderator.publisher import Publisher
 from moderator.records import Outcome
-from moderator.review import review_for
+from moderator.review import Review, review_for
 from moderator.screen import Reader
 from moderator.tasks import Supervisor, cancel
 from moderator.users import Escalation
@@ -131,7 +131,6 @@ class Moderator:
         producer = _producer(s)
         overrides = self._overrides = overrides_for(s, m.review, producer)
         review = review_for(s, m.review, cache, classifier.labels)  # held messages, rings, records
-        held = review.store
         users = Escalation(m.users, s.redis_url, timeout_ms=s.user_state_timeout_ms)
         await self._own(users, users.start())
         self._pipeline = Pipeline(
@@ -153,11 +152,7 @@ class Moderator:
         if overrides is not None:  # caught up too: then ready; stopped before the producer
             await self._own(overrides, overrides.start())
             tasks.watch(_started(overrides.task))
-        verdicts = VerdictIntake(s, m.review, held, producer, overrides)  # applies verdicts
-        await self._own(verdicts, verdicts.start())
-        tasks.watch(_started(verdicts.task))
-        sweeper = TimeoutSweeper(held, producer, out_topic=s.out_topic, metrics=m.review)
-        tasks.spawn(sweeper.run(), name="moderator-timeouts")  # held messages past their time
+        await self._start_review(review, producer)
         await self._own(intake, intake.start())
         self._stack.push_async_callback(tasks.aclose)
         self._fetch_task = tasks.spawn(self._fetch_loop(), name="moderator-fetch")
@@ -175,6 +170,15 @@ class Moderator:
             policies.default.ident,
             extra={"group_id": s.group_id},
         )
+
+    async def _start_review(self, review: Review, producer: AIOKafkaProducer) -> None:
+        """Verdicts applied to held messages, and held messages past their time decided."""
+        s, m, held = self.settings, self.metrics, review.store
+        verdicts = VerdictIntake(s, m.review, held, producer, self._overrides)  # applies verdicts
+        await self._own(verdicts, verdicts.start())
+        self._tasks.watch(_started(verdicts.task))
+        sweeper = TimeoutSweeper(held, producer, out_topic=s.out_topic, metrics=m.review)
+        self._tasks.spawn(sweeper.run(), name="moderator-timeouts")  # held messages past their time
 
     def _serve_metrics(self) -> MetricsServer:
         s = self.settings

@@ -133,6 +133,21 @@ def test_no_runtime_module_is_over_350_lines() -> None:
     assert {name: n for name, n in sizes.items() if n > 350} == {}
 
 
+def function_lines(path: Path) -> dict[str, int]:
+    """`module.function` (methods and nested functions too) → its lines, `def` to last line."""
+    return {
+        f"{path.stem}.{node.name}:{node.lineno}": node.end_lineno - node.lineno + 1
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno
+    }
+
+
+def test_no_runtime_function_is_over_60_lines() -> None:
+    lines = {k: n for path in RUNTIME.glob("*.py") for k, n in function_lines(path).items()}
+    assert any(name.startswith("pipeline.process:") for name in lines), "async methods count"
+    assert {name: n for name, n in lines.items() if n > 60} == {}
+
+
 def commands(help_text: str) -> set[str]:
     """The subcommands `moderator --help` lists (argparse indents each by four spaces)."""
     return set(re.findall(r"^    (\S+)", help_text, flags=re.MULTILINE))
