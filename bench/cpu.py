@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from moderator.batcher import SCORER_THREAD_NAME
+from moderator.decide.batcher import SCORER_THREAD_NAME
 
 ROLES = ("event loop", "scorer", "model pool & other", "broker", "load generator")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -33,8 +33,8 @@ from bench.stack import ModeratorConfig, create_topics, moderator, warm_up
 from bench.texts import bench_texts
 from loadgen.hop import measure_hop
 from loadgen.kafka import TopicSet
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.classifier import Classifier
 from moderator.loop import run
 
 log = logging.getLogger(__name__)

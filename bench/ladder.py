@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from bench.artifacts import ShapeArtifacts, torch_module
-from moderator.batcher import MicroBatcher
-from moderator.cache import ScoreCache, cache_key
-from moderator.classifier import Classifier, TokenIds
 from moderator.config import Settings
+from moderator.decide.batcher import MicroBatcher
+from moderator.decide.cache import ScoreCache, cache_key
+from moderator.decide.classifier import Classifier, TokenIds
 from moderator.metrics import Metrics
 
 log = logging.getLogger(__name__)

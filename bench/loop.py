@@ -53,11 +53,11 @@ from loadgen.config import LoadConfig
 from loadgen.hop import measure_hop
 from loadgen.kafka import TopicSet, make_producer
 from loadgen.traffic import TrafficGenerator
+from moderator.kafka.topics import COMPACTED, ensure_topics
 from moderator.loop import run
 from moderator.metric_wings import REDIS_PARTS, USER_RULES, USER_STEPS
-from moderator.overrides import from_verdict
 from moderator.records import Verdict
-from moderator.topics import COMPACTED, ensure_topics
+from moderator.review.overrides import from_verdict
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,11 @@ CHANNELS = LoadConfig.channels
 DENIED_DOMAIN = "denied.invalid"  # a link the deny list refuses: the traffic has none
 MUTE_S = 60
 # The functions of the loop's own modules, for the profile's share of them.
-LOOP_MODULES = ("moderator/users.py", "moderator/user_state.py", "moderator/user_rules.py",
-                "moderator/review.py", "moderator/held.py", "moderator/overrides.py")  # fmt: skip
+LOOP_MODULES = (
+    *("moderator/users/escalation.py", "moderator/users/state.py"),
+    *("moderator/policy/user_rules.py", "moderator/review/hold.py"),
+    *("moderator/review/held.py", "moderator/review/overrides.py"),
+)
 
 
 @dataclass(frozen=True)

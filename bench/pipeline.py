@@ -30,8 +30,8 @@ from loadgen.hop import HopResult, measure_hop
 from loadgen.kafka import TopicSet
 from loadgen.runner import run_load
 from loadgen.summary import LoadSummary
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.classifier import Classifier
 from moderator.loop import run
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,8 @@ def finish_profile(proc: subprocess.Popen[bytes] | None, out: Path) -> dict[str,
 
 
 def _function(frame: str) -> str:
-    """'score_ids (moderator/classifier.py:165)' -> 'score_ids (moderator/classifier.py)'."""
+    """'score_ids (moderator/decide/classifier.py:165)' -> 'score_ids
+    (moderator/decide/classifier.py)'."""
     name, _, where = frame.partition(" (")
     where = where.rstrip(")")
     path = where.rsplit(":", 1)[0]

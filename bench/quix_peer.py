@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.artifacts import BENCH_BUILD_DIR
-from moderator.classifier import Classifier
 from moderator.config import REPO_ROOT
-from moderator.policy import EMPTY_TEXT, Policy, Ruling
+from moderator.decide.classifier import Classifier
+from moderator.policy.rules import EMPTY_TEXT, Policy, Ruling
 
 QUIXSTREAMS = "quixstreams==3.28.1"  # as tools/pyproject.toml's `peer` extra and constraints.txt
 PEER_SITE = BENCH_BUILD_DIR / "peer-site"

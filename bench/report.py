@@ -399,9 +399,9 @@ def section_spin(spin: Mapping[str, Any] | None, label: str) -> list[str]:
         "saturation above) for all. Layouts: one batch over all threads with ONNX Runtime's "
         "spin-waiting (its own default, forced back on by `python -m bench.withspin run`, a "
         "diagnostic wrapper); the same with spinning off (`session.intra_op.allow_spinning = 0`, "
-        "set by `moderator/classifier.py` because of this measurement: the moderator before "
+        "set by `moderator/decide/classifier.py` because of this measurement: the moderator before "
         "2026-11-25); one thread; and one one-thread batch per thread at once, batches cut "
-        "where padding would cost more than a call (`moderator/batcher.py`, "
+        "where padding would cost more than a call (`moderator/decide/batcher.py`, "
         "`MODERATOR_BATCH_THREADS=1`: the moderator as shipped). The CPU columns are "
         "CPU-milliseconds per decided message, as in section 3.", "",
     ]  # fmt: skip
@@ -491,7 +491,7 @@ def section_profile(pipeline: Mapping[str, Any] | None) -> list[str]:
 
 
 def section_terms(terms: Mapping[str, Any] | None, label: str) -> list[str]:
-    """Deny-term matching at 10,000 terms (moderator/terms.py), per message."""
+    """Deny-term matching at 10,000 terms (moderator/policy/terms.py), per message."""
     if not terms:
         return []
     rows = [[

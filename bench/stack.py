@@ -23,7 +23,7 @@ from devstack.child import ModeratorChild, moderator_env
 from devstack.embedded import EmbeddedRedis
 from loadgen.decisions import read_decision
 from loadgen.kafka import TopicSet, assign_at_end, make_consumer, make_producer
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

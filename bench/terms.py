@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from bench.texts import bench_texts
-from moderator.terms import Term, TermMatcher, default_terms
+from moderator.policy.terms import Term, TermMatcher, default_terms
 
 TERMS = 10_000
 LINES = 3_000

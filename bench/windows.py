@@ -5,7 +5,7 @@ Prints, for BENCHMARKS.md:
   1 and 2 intra-op threads: wall time (min and median of the repeats: the machine is shared, the
   minimum is the least disturbed) and the process's CPU time, and the cost per extra window;
 - a 64 KiB message: preparing its windows (normalising, tokenizing, planning) and scoring them;
-- the language gate (`moderator/language.py`) per message: p50 / p99 on chat lines, at 1,500
+- the language gate (`moderator/decide/language.py`) per message: p50 / p99 on chat lines, at 1,500
   characters and at 64 KiB, and the time to build it.
 
 `--probe` also measures what the windows are for, with model scores and the default policy
@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.machine import machine_label
-from moderator.classifier import Classifier
 from moderator.config import REPO_ROOT, Settings
-from moderator.language import LanguageGate
-from moderator.policy import ALLOW, Policy
-from moderator.windows import WindowScorer
+from moderator.decide.classifier import Classifier
+from moderator.decide.language import LanguageGate
+from moderator.decide.windows import WindowScorer
+from moderator.policy.rules import ALLOW, Policy
 
 CORPUS = REPO_ROOT / "loadgen" / "corpus"
 WINDOW_COUNTS = (1, 2, 4, 8, 16)

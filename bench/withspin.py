@@ -1,8 +1,8 @@
 """`python -m bench.withspin run ...`: the moderator with ONNX Runtime's spin-waiting on.
 
 A diagnostic for the benchmark, not a way to run the service. The moderator turns
-`session.intra_op.allow_spinning` off (see `moderator/classifier.py`); this wrapper forces every
-session option that names spinning back to "1", ONNX Runtime's own default, then runs the
+`session.intra_op.allow_spinning` off (see `moderator/decide/classifier.py`); this wrapper forces
+every session option that names spinning back to "1", ONNX Runtime's own default, then runs the
 ordinary `moderator` command line, so the benchmark can show what the busy-waiting threads cost
 a process that also runs an event loop on the same cores.
 """

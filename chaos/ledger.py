@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from loadgen.decisions import read_decision
 from moderator.config import Settings
 from moderator.errors import InvalidRecord
+from moderator.kafka.refusal import PUBLISH_FAILED
 from moderator.records import parse_message
-from moderator.refusal import PUBLISH_FAILED
 
 MAX_RECORD_BYTES = Settings().max_record_bytes  # the moderators under test run the default
 

@@ -36,10 +36,10 @@ from devstack.embedded import EmbeddedRedis
 from devstack.reviewer import Answer, Reviewer, Sent
 from loadgen.kafka import TopicSet
 from moderator.config import Settings
-from moderator.held import PREFIX as HELD_PREFIX
-from moderator.policy import read_spec
-from moderator.refusal import RETRY_BACKOFF_S, RETRY_JITTER
-from moderator.topics import ensure_topics
+from moderator.kafka.refusal import RETRY_BACKOFF_S, RETRY_JITTER
+from moderator.kafka.topics import ensure_topics
+from moderator.policy.rules import read_spec
+from moderator.review.held import PREFIX as HELD_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -777,7 +777,8 @@ async def _produce_raw(bootstrap: str, topic: str, records: list[Any]) -> None:
 LOOP_FALLBACK = "nudge"  # the timeout's action: not the default `allow`, so it shows the policy's
 LOOP_MODERATORS = ("chaos-mod-1", "chaos-mod-2")
 LOOP_VERDICTS = ("allow", "block", "nudge")
-LOOP_LEASE_S = 30.0  # moderator/held.py LEASE_MS: a timeout claimed by the killed one waits this
+# moderator/review/held.py LEASE_MS: a timeout claimed by the killed one waits this
+LOOP_LEASE_S = 30.0
 
 
 def loop_rule(n: int, review: dict[str, Any]) -> list[Answer]:

@@ -27,7 +27,7 @@ from loadgen.config import LoadConfig
 from loadgen.kafka import TopicSet, assign_at_end, make_consumer, make_producer
 from loadgen.runner import run_load
 from loadgen.summary import LoadSummary
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

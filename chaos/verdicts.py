@@ -17,7 +17,7 @@ from typing import Any
 
 from devstack.reviewer import Sent
 
-NOT_HELD = "verdict_not_held"  # moderator/verdict_intake.py's code
+NOT_HELD = "verdict_not_held"  # moderator/review/verdicts.py's code
 TIMEOUT_REASON = "review_timeout"
 
 Kind = tuple[str, str | None]  # a final decision's (action, reason)

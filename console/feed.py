@@ -30,7 +30,7 @@ from console.records import (
     parse_review,
     read_verdict,
 )
-from moderator.connect import stop_within
+from moderator.kafka.connect import stop_within
 
 log = logging.getLogger(__name__)
 

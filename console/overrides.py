@@ -1,13 +1,13 @@
 """The moderators' overrides in the review console: the scope a verdict may have, the live list
 of overrides (the overrides topic followed from its start into the moderators' own
 `OverrideBook`, so the page shows what the moderators obey), revoking one, and the audit entry of
-each verdict the console sends (moderator/audit.py).
+each verdict the console sends (moderator/review/audit.py).
 
 Scope: a verdict overrides its message's channel unless it says `global`, and a global one is
 taken only from the moderators `global_moderators` names (403 for anyone else) and only with
 `confirm_global: true`, which the page sends after a dialog that names the consequence (400
 without it). Revoking a global override needs the same role. A revocation goes through
-moderator/override_edits.py, as `moderator override delete` does: the audit entry first, then
+moderator/review/override_edits.py, as `moderator override delete` does: the audit entry first, then
 the tombstone. Every POST here passes console/csrf.py like every other.
 """
 
@@ -30,12 +30,12 @@ from starlette.routing import Route
 from console.board import Board
 from console.feed import Feed
 from console.records import SCOPES, Verdict
-from moderator import audit, override_edits
-from moderator.compacted import record_key
-from moderator.connect import stop_within
-from moderator.overrides import InvalidOverride, Override, OverrideBook, wall_ms
+from moderator.kafka.compacted import record_key
+from moderator.kafka.connect import stop_within
+from moderator.kafka.topics import ensure_topics
 from moderator.records import DEFAULT_SCOPE
-from moderator.topics import ensure_topics
+from moderator.review import audit, override_edits
+from moderator.review.overrides import InvalidOverride, Override, OverrideBook, wall_ms
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from devstack.child import ModeratorChild, Samples
 from devstack.reviewer import Answer, Reviewer
 from loadgen.kafka import assign_at_end, make_consumer, make_producer
 from moderator.config import Settings
-from moderator.policy import read_spec
+from moderator.policy.rules import read_spec
 
 HELD_RATIO = 0.01  # of the demo's chat: about one message in a hundred is held
 REVIEW_TIMEOUT_S = 5.0  # the demo's, so timeouts happen while it runs (the default is 600)

@@ -1,6 +1,6 @@
 """Chat lines the shipped model holds for review: friendly chat in languages it does not read.
 
-The language gate (moderator/language.py) names each as its language, and the default policy
+The language gate (moderator/decide/language.py) names each as its language, and the default policy
 sends such text to `review` (reason `unsupported_language:<code>`), whatever its scores: checked
 with `moderator score` on the first 400 lines (every one `review`) and by
 tests/unit/test_loadgen_held.py. Each line is new (the template's number counts up), so a

@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 from loadgen.kafka import assign_at_end, delete_topics, make_consumer, make_producer
 from loadgen.schedule import Arrivals, arrival_offsets
 from loadgen.stats import new_histogram, percentile_ms, record_s
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from loadgen.stats import new_histogram, percentile_ms, record_s
 from loadgen.summary import LoadSummary
 from loadgen.tracker import DecisionTracker
 from loadgen.traffic import TrafficGenerator
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from loadgen.stats import (
     percentile_ms,
 )
 from loadgen.tracker import DecisionTracker
-from moderator.policy import DEFAULT_ACTIONS
+from moderator.policy.rules import DEFAULT_ACTIONS
 
 
 @dataclass

@@ -16,9 +16,8 @@ from typing import Any
 
 import orjson
 
-from moderator import __version__, logs, loop, override_admin, policy_admin, score, verdict_export
-from moderator.channel_policies import DEFAULT_KEY, layered
-from moderator.classifier import ModelInfo
+from moderator import __version__, logs, loop
+from moderator.admin import override_admin, policy_admin, score, verdict_export
 from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
 from moderator.config import (
     DEFAULT_MODEL_DIR,
@@ -26,12 +25,14 @@ from moderator.config import (
     add_setting_flags,
     settings_from_args,
 )
+from moderator.decide.classifier import ModelInfo
 from moderator.errors import ConfigError, ModeratorError
+from moderator.kafka.topics import ensure_topics
 from moderator.logs import log_settings
-from moderator.policy import Policy, read_spec
+from moderator.policy.channels import DEFAULT_KEY, layered
+from moderator.policy.rules import Policy, read_spec
 from moderator.redaction import protect, scrub
 from moderator.service import Moderator
-from moderator.topics import ensure_topics
 
 log = logging.getLogger("moderator")
 

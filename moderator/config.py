@@ -36,7 +36,7 @@ OFFSET_RESETS = ("earliest", "latest")
 _TOPIC_ROLES = ("in", "out", "dlq", "policy", "review", "verdict", "override", "audit")
 TOPICS = tuple(f"{role}_topic" for role in _TOPIC_ROLES)  # checked in this order
 OPTIONAL_TOPICS = ("policy_topic", "override_topic", "audit_topic")  # empty: off
-# What a late cache miss gets under overload (moderator/degrade.py); `off` waits for the model.
+# What a late cache miss gets under overload (decide/degrade.py); `off` waits for the model.
 DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
 

@@ -32,19 +32,19 @@ END_TO_END_BUCKETS_S = (
 # Every value each labelled metric can take, so its series exist at 0 from the start: a series
 # born at 1 has no increase() to see, and an alert on it stays silent on the first event.
 # Policies may name more actions than these defaults; those series appear when first counted.
-DEFAULT_ACTIONS = ("allow", "nudge", "review", "block")  # moderator/policy.py DEFAULT_ACTIONS
+DEFAULT_ACTIONS = ("allow", "nudge", "review", "block")  # moderator/policy/rules.py DEFAULT_ACTIONS
 DEAD_LETTER_REASONS = (  # moderator/schemas/dead-letter-headers.schema.json's enum
     *("empty_value", "too_large", "not_utf8", "invalid_json", "not_object"),
     *("missing_field", "wrong_type", "empty_field", "publish_failed"),
-    *("invalid_verdict", "verdict_not_held"),  # verdicts (moderator/verdict_intake.py)
+    *("invalid_verdict", "verdict_not_held"),  # verdicts (moderator/review/verdicts.py)
 )
 REFUSED_OUTCOMES = ("decision", "dead_letter", "receipt")
 POLICY_RESULTS = ("applied", "removed", "rejected")
 VERDICT_OUTCOMES = ("applied", "late", "not_held", "timed_out", "invalid")
 # What holds a message besides a model label (the reason's head: `unsupported_language:fr`).
 HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none")
-OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # moderator/overrides.py ACTIONS (a verdict's)
-USER_RULES = ("muted", "rate_limited", "spam", "link", "escalated")  # moderator/users.py
+OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # review/overrides.py ACTIONS (a verdict's)
+USER_RULES = ("muted", "rate_limited", "spam", "link", "escalated")  # moderator/users/escalation.py
 USER_STEPS = ("before", "after")
 # Who makes a Redis round trip besides the users' state (its own counter, by step): the score
 # cache's reads (one MGET per batch with L1 misses) and background writes, the per-batch hold
@@ -219,7 +219,7 @@ class DecideMetrics(Wing):
 
 
 class UserMetrics(Wing):
-    """The users' rules (moderator/users.py) and where their state was kept."""
+    """The users' rules (moderator/users/escalation.py) and where their state was kept."""
 
     def __init__(self, f: Families, redis: RedisMetrics) -> None:
         super().__init__(f)
@@ -256,7 +256,7 @@ class UserMetrics(Wing):
 
 
 class PolicyMetrics(Wing):
-    """Channel policies read from their topic (moderator/channel_policies.py)."""
+    """Channel policies read from their topic (moderator/policy/channels.py)."""
 
     def __init__(self, f: Families) -> None:
         super().__init__(f)

@@ -10,7 +10,7 @@ import re
 import unicodedata
 
 # Look-alike letters used to dodge filters ("hеllo" with a Cyrillic е), each over the Latin letter
-# it imitates. The one table: deny-term matching folds with it too (moderator/terms.py).
+# it imitates. The one table: deny-term matching folds with it too (moderator/policy/terms.py).
 _LOOKALIKES = (
     ("авеёкмнорстухіїјѕԁһӏѵ", "abeekmhopctyxiijsdhlv"),  # Cyrillic
     ("οαβεικνρτυχ", "oabeikvptux"),  # Greek
@@ -22,7 +22,8 @@ _CONFUSABLES = str.maketrans(
 )
 _WORD = re.compile(r"\S+")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
-# A run of one character longer than two; moderator/windows.py finds the same runs to map spans.
+# A run of one character longer than two; moderator/decide/windows.py finds the same runs to map
+# spans.
 REPEATS = re.compile(r"(.)\1{2,}", re.DOTALL)
 _SPACES = re.compile(r"\s+")
 _ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")

@@ -1,15 +1,15 @@
 """One fetched batch of records → one outcome per record (a decision or a dead letter).
 
 Parse and validate, find the channel's policy, let the users' rules decide the messages of
-muted, flooding or spamming users and refused links (moderator/users.py), then moderators'
-overrides of the same text (moderator/overrides.py), screen each text (its deny terms or empty
-text decide without the model, a long text is cut into windows, the language gate names a
-language the model does not read; moderator/screen.py, shared with `moderator score`), look
-the scores of the rest up in the cache, send the misses to the model (each window a row of the
-micro-batcher, gathered; identical texts are scored once), apply the policy, count strikes and
-move an action up past the policy's limit (the users' rules again), encode the decision, and
-hold each `review` decision with its channel's context (moderator/review.py). No Kafka here:
-the service feeds records in and publishes the outcomes in the same order.
+muted, flooding or spamming users and refused links (moderator/users/escalation.py), then
+moderators' overrides of the same text (moderator/review/overrides.py), screen each text (its deny
+terms or empty text decide without the model, a long text is cut into windows, the language gate
+names a language the model does not read; moderator/decide/screen.py, shared with
+`moderator score`), look the scores of the rest up in the cache, send the misses to the model (each
+window a row of the micro-batcher, gathered; identical texts are scored once), apply the policy,
+count strikes and move an action up past the policy's limit (the users' rules again), encode the
+decision, and hold each `review` decision with its channel's context (moderator/review/hold.py). No
+Kafka here: the service feeds records in and publishes the outcomes in the same order.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 
-from moderator.batcher import MicroBatcher, ModelResult
-from moderator.cache import ScoreCache
-from moderator.channel_policies import PolicyBook
-from moderator.classifier import Classifier, Scores
-from moderator.degrade import Fallback
+from moderator.decide.batcher import MicroBatcher, ModelResult
+from moderator.decide.cache import ScoreCache
+from moderator.decide.classifier import Classifier, Scores
+from moderator.decide.degrade import Fallback
+from moderator.decide.screen import Judged, Reader, Screened, judge, screen
+from moderator.decide.text import Text
 from moderator.errors import InvalidRecord
 from moderator.metric_wings import DecideMetrics
-from moderator.overrides import REASON as OVERRIDE_REASON
-from moderator.overrides import Overrides
-from moderator.policy import Policy, Ruling
+from moderator.policy.channels import PolicyBook
+from moderator.policy.rules import Policy, Ruling
 from moderator.records import (
     ChatMessage,
     InboundRecord,
@@ -44,11 +44,11 @@ from moderator.records import (
     decision_record,
     parse_message,
 )
-from moderator.review import Review
-from moderator.screen import Judged, Reader, Screened, judge, screen
-from moderator.text import Text
+from moderator.review.hold import Review
+from moderator.review.overrides import REASON as OVERRIDE_REASON
+from moderator.review.overrides import Overrides
 from moderator.turns import Turn
-from moderator.users import Escalated, Escalation, UserTurns
+from moderator.users.escalation import Escalated, Escalation, UserTurns
 
 
 class _Decision(NamedTuple):
@@ -109,7 +109,7 @@ class Pipeline:
         self.fallback = fallback
         self.review = review  # after deciding: context rings, held messages, review records
         self.overrides = overrides
-        self.users = users  # moderator/users.py: strikes, mute, flood, repeats, links
+        self.users = users  # moderator/users/escalation.py: strikes, mute, flood, repeats, links
         self.model_ident = classifier.info.ident
         self.model_sha256 = classifier.info.sha256  # what the cache keys on
         self._model_calls: dict[bytes, asyncio.Future[ModelResult]] = {}  # by cache key

@@ -22,7 +22,7 @@ DLQ_SOURCE_TOPIC = "moderator.source.topic"
 DLQ_SOURCE_PARTITION = "moderator.source.partition"
 DLQ_SOURCE_OFFSET = "moderator.source.offset"
 DLQ_SOURCE_TIMESTAMP = "moderator.source.timestamp_ms"
-# Only on dead letters diverted because the broker refused a record (moderator/refusal.py).
+# Only on dead letters diverted because the broker refused a record (moderator/kafka/refusal.py).
 DLQ_DECISION = "moderator.decision"  # the decision the broker refused, as JSON
 DLQ_VALUE_OMITTED = "moderator.value.omitted_bytes"  # the refused dead letter's value size
 
@@ -54,7 +54,7 @@ class Outcome(NamedTuple):
     headers: list[tuple[str, bytes]]
     action: str | None = None  # a decision's action
     error_code: str | None = None  # a dead letter's reason (its `moderator.error.code`)
-    review: bytes | None = None  # a `review` decision's review record (moderator/review.py)
+    review: bytes | None = None  # a `review` decision's review record (moderator/review/hold.py)
     review_key: bytes | None = None  # its key: the message id
     decision: dict[str, Any] | None = None  # a decision's record, `value` before encoding
 
@@ -224,7 +224,7 @@ def decision_record(
     escalated: bool = False,
 ) -> dict[str, Any]:
     """The outbound decision record (moderator/schemas/decision.schema.json), as its JSON reads
-    back. `final`: the one decision that ends a held message's review (moderator/held.py)."""
+    back. `final`: the one decision that ends a held message's review (moderator/review/held.py)."""
     record: dict[str, Any] = {
         "message_id": msg.message_id,
         "channel_id": msg.channel_id,
@@ -247,7 +247,7 @@ def decision_record(
         "span": list(span),
         "truncated": truncated,
         "final": final,
-        "strikes": strikes,  # the user's, in the policy's window (moderator/users.py)
+        "strikes": strikes,  # the user's, in the policy's window (moderator/users/escalation.py)
         "escalated": escalated,
     }
     if language is not None:  # only when the gate named a language the model does not read
@@ -285,7 +285,7 @@ def dlq_headers(
 
 def dead_letter(record: InboundRecord, err: InvalidRecord) -> Outcome:
     """`record` for the dead-letter topic: its key and value untouched, `err` and its source in
-    headers (also the shape of a decision the broker refused, moderator/refusal.py)."""
+    headers (also the shape of a decision the broker refused, moderator/kafka/refusal.py)."""
     headers = dlq_headers(
         err,
         topic=record.topic,

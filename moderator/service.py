@@ -1,10 +1,10 @@
 """The moderator service: Kafka in, pipeline, decisions out, offsets committed after acks.
 
-Records are fetched in batches (moderator/intake.py); each batch becomes one pipeline task,
-whose outcomes are handed to the publisher (moderator/publisher.py) in fetch order, so decisions
-for a partition leave in input order. An input offset is committed only when the deliveries of
-its decision and of every earlier record of its partition were acknowledged by the broker. A
-crash or a rebalance may repeat decisions, never lose one. This module starts the parts in
+Records are fetched in batches (moderator/kafka/intake.py); each batch becomes one pipeline task,
+whose outcomes are handed to the publisher (moderator/kafka/publisher.py) in fetch order, so
+decisions for a partition leave in input order. An input offset is committed only when the
+deliveries of its decision and of every earlier record of its partition were acknowledged by the
+broker. A crash or a rebalance may repeat decisions, never lose one. This module starts the parts in
 order, owns the tasks between them (one supervisor) and stops them in reverse order.
 """
 
@@ -19,28 +19,28 @@ from typing import Self, TypeVar
 
 from aiokafka import AIOKafkaProducer
 
-from moderator.batcher import MicroBatcher
-from moderator.cache import ScoreCache
-from moderator.channel_policies import PolicyBook, follow_policies
-from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.connect import Stoppable, start_client, stop_within
-from moderator.degrade import fallback_for
-from moderator.finals import TimeoutSweeper
-from moderator.intake import Fetched, Intake
-from moderator.language import LanguageGate
-from moderator.ledger import Entry
+from moderator.decide.batcher import MicroBatcher
+from moderator.decide.cache import ScoreCache
+from moderator.decide.classifier import Classifier
+from moderator.decide.degrade import fallback_for
+from moderator.decide.language import LanguageGate
+from moderator.decide.screen import Reader
+from moderator.kafka.connect import Stoppable, start_client, stop_within
+from moderator.kafka.intake import Fetched, Intake
+from moderator.kafka.ledger import Entry
+from moderator.kafka.publisher import Publisher
 from moderator.metric_wings import DecideMetrics, KafkaMetrics
 from moderator.metrics import Metrics, MetricsServer, listen
-from moderator.overrides import Overrides, overrides_for
 from moderator.pipeline import Pipeline
-from moderator.publisher import Publisher
+from moderator.policy.channels import PolicyBook, follow_policies
 from moderator.records import Outcome
-from moderator.review import Review, review_for
-from moderator.screen import Reader
+from moderator.review.finals import TimeoutSweeper
+from moderator.review.hold import Review, review_for
+from moderator.review.overrides import Overrides, overrides_for
+from moderator.review.verdicts import VerdictIntake
 from moderator.tasks import Supervisor, cancel
-from moderator.users import Escalation
-from moderator.verdict_intake import VerdictIntake
+from moderator.users.escalation import Escalation
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Fetch order for a step of concurrently decided batches: each batch takes a `Turn` as it
 starts (asyncio starts tasks in the order they were made, so in fetch order) and runs the step
-only once the batch fetched before it has finished its own (moderator/review.py: the context
-rings; moderator/users.py: strikes and floods).
+only once the batch fetched before it has finished its own (moderator/review/hold.py: the context
+rings; moderator/users/escalation.py: strikes and floods).
 """
 
 from __future__ import annotations

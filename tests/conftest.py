@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.language import LanguageGate
-from moderator.screen import Reader
+from moderator.decide.classifier import Classifier
+from moderator.decide.language import LanguageGate
+from moderator.decide.screen import Reader
 
 # These machines are shared and noisy: Hypothesis must judge inputs, never wall-clock time.
 hypothesis_settings.register_profile(

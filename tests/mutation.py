@@ -1,6 +1,6 @@
 """`make mutation`: run mutmut over the core modules and print the score.
 
-The core is what the README's guarantees rest on: the decision rule (`policy.py`), record
+The core is what the README's guarantees rest on: the decision rule (`policy/rules.py`), record
 parsing and dead letters (`records.py`, `refusal.py`), the offset ledger (`ledger.py`), the cache
 key (`cache_key` in `cache.py`; the rest of that module talks to Redis and is tested against a
 real one) and the normaliser (`normalize.py`). mutmut's configuration, and the fast unit tests it
@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 
 CORE = (
-    "moderator.policy.*",
+    "moderator.policy.rules.*",
     "moderator.records.*",
-    "moderator.refusal.*",
-    "moderator.ledger.*",
+    "moderator.kafka.refusal.*",
+    "moderator.kafka.ledger.*",
     "moderator.normalize.*",
-    "moderator.cache.x_cache_key*",
+    "moderator.decide.cache.x_cache_key*",
 )
 KILLED = ("killed", "timeout")  # a mutant that hangs the tests is caught too (pytest-timeout)
 

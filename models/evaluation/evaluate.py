@@ -28,8 +28,8 @@ from models.evaluation.realtext import Decide
 from models.export import onnx_export
 from models.lines import corpus
 from models.training.metrics import f1_counts
-from moderator.classifier import Classifier
-from moderator.policy import DEFAULT_ACTIONS, Policy
+from moderator.decide.classifier import Classifier
+from moderator.policy.rules import DEFAULT_ACTIONS, Policy
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ def _unseen_table(classifier: Classifier, decide: Decide, path: Path) -> dict[st
     (`review`, `block`) too: the line was to be flagged. As at run time, a line the language
     gate names as a language the model does not read gets `review` unless the model's action is
     more severe (the default policy's `unsupported_language`)."""
-    from moderator.language import LanguageGate
+    from moderator.decide.language import LanguageGate
 
     gate = LanguageGate()
     unseen = read_unseen(path)

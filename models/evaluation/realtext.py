@@ -2,7 +2,7 @@
 
 Pure functions over score matrices, so the same figures come out for our model (fp32 and int8),
 each teacher, and the identity probe. Actions for our model come from the policy itself
-(`moderator.policy.Policy.decide`); a teacher has no policy, so its verdict is its own
+(`moderator.policy.rules.Policy.decide`); a teacher has no policy, so its verdict is its own
 published rule: flagged when its toxic score reaches 0.5 (see `models.lines.teachers`).
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from moderator.classifier import Classifier
-from moderator.policy import DEFAULT_ACTIONS, Ruling
+from moderator.decide.classifier import Classifier
+from moderator.policy.rules import DEFAULT_ACTIONS, Ruling
 
 Decide = Callable[[Mapping[str, float]], Ruling]  # Policy.decide
 Matrix = npt.NDArray[np.float32]

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from models.files import DATA_DIR
 
 if TYPE_CHECKING:
-    from moderator.classifier import Classifier
-    from moderator.policy import Policy
+    from moderator.decide.classifier import Classifier
+    from moderator.policy.rules import Policy
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ class Scorer:
 def runtime_judge(classifier: Classifier, policy: Policy, batch: int = SCORE_BATCH) -> Judge:
     """What `moderator score` decides for each text (`screen.decide_texts`, the path it and the
     pipeline share), `batch` lines at a time as it reads them."""
-    from moderator.language import LanguageGate
-    from moderator.screen import Reader, decide_texts
+    from moderator.decide.language import LanguageGate
+    from moderator.decide.screen import Reader, decide_texts
 
     reader = Reader(classifier, gate=LanguageGate())  # windows and the language gate, as it runs
 
@@ -365,8 +365,8 @@ def trained_texts() -> list[str]:
 def measure(model_dir: Path, *, threads: int = 2) -> dict[str, Any]:
     """The suite (our model as the runtime decides, and every teacher) and the padding probes."""
     from models.lines import teachers
-    from moderator.classifier import Classifier
-    from moderator.policy import Policy
+    from moderator.decide.classifier import Classifier
+    from moderator.policy.rules import Policy
 
     classifier = Classifier(model_dir, threads=threads)
     policy = Policy.load()

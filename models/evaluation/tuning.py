@@ -107,10 +107,11 @@ LANGUAGE_COMMENT = (
 )
 UNSUPPORTED_LANGUAGE = 'unsupported_language = "review"'
 # How long a held (`review`) message waits for a moderator, and what it gets when none decided
-# (moderator/review_rules.py says why `allow`).
+# (moderator/policy/review_rules.py says why `allow`).
 REVIEW_COMMENT = (
     "# A held (review) message waits this long for a moderator's verdict; then it gets the\n"
-    "# fallback action (allow: the model was unsure, and nobody looked; moderator/review_rules.py)."
+    "# fallback action (allow: the model was unsure, and nobody looked;"
+    " moderator/policy/review_rules.py)."
 )
 REVIEW_RULES = 'review_timeout_s = 600\nreview_fallback = "allow"'
 
@@ -143,7 +144,7 @@ def render_policy(table: dict[str, dict[str, float]], header: str, version: int)
 def read_thresholds(path: Path) -> tuple[int, dict[str, dict[str, float]]]:
     """(version, thresholds) of the policy file as it stands; (0, {}) when there is none."""
     from moderator.errors import PolicyError
-    from moderator.policy import Policy
+    from moderator.policy.rules import Policy
 
     try:
         policy = Policy.load(path)

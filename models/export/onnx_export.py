@@ -24,7 +24,7 @@ import numpy as np
 from models.files import sha256_file
 
 if TYPE_CHECKING:
-    from moderator.classifier import Classifier, ModelInfo
+    from moderator.decide.classifier import Classifier, ModelInfo
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def quantize(src: Path, dst: Path, *, per_channel: bool) -> None:
 def candidate_info(labels: Sequence[str], max_length: int) -> ModelInfo:
     """What the manifest will say of an exported graph, before it is written: enough for the
     runtime's `Classifier` to score it (the graph applies its own activation)."""
-    from moderator.classifier import ModelInfo
+    from moderator.decide.classifier import ModelInfo
 
     return ModelInfo(
         name="candidate",
@@ -219,7 +219,7 @@ def classifier(
     """The runtime's `Classifier` on a model directory's tokenizer and `graph` (its model.onnx
     by default; the fp32 graph, a quantization candidate), so the tools score text exactly as
     the service does. `info` stands in for a manifest not written yet (`candidate_info`)."""
-    from moderator.classifier import Classifier
+    from moderator.decide.classifier import Classifier
 
     return Classifier(model_dir, threads=threads, verify=False, graph=graph, info=info)
 
@@ -231,7 +231,7 @@ def check_parity(
     alone, then all of them in one padded batch, whose padding the masked pooling must ignore)."""
     import torch
 
-    from moderator.classifier import padded
+    from moderator.decide.classifier import padded
 
     module.eval()
     with torch.no_grad():  # the label count, for the runtime's output check

@@ -27,7 +27,7 @@ import numpy as np
 from models.export.onnx_export import down_projection_nodes
 
 if TYPE_CHECKING:
-    from moderator.classifier import Classifier
+    from moderator.decide.classifier import Classifier
 
 # Chosen on the shipped model's real dev split (chat-like and toxic lines), against its graph with
 # the down-projections fp32: 4, 8 and 16 channels all gave a mean absolute score difference of
@@ -160,7 +160,7 @@ def calibration_batches(
     scorer: Classifier, texts: Sequence[str], batch: int = 32
 ) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
     """`texts` encoded by the runtime's `Classifier`, in length-sorted padded batches."""
-    from moderator.classifier import padded
+    from moderator.decide.classifier import padded
 
     encoded = sorted(scorer.encode(texts), key=len)
     return [padded(encoded[i : i + batch], scorer.pad_id) for i in range(0, len(encoded), batch)]

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from models.files import MODELS_DIR, sha256_file
-from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
+from moderator.decide.classifier import Classifier
 from moderator.errors import ModeratorError
-from moderator.policy import Policy
+from moderator.policy.rules import Policy
 
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"

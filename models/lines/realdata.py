@@ -483,8 +483,8 @@ def long_messages(
     joined, and `n` with one rude training line set among benign ones, at any position.
 
     The runtime scores a long message in windows of the model's length and takes each label's
-    highest score (`moderator/windows.py`). Trained on short lines only, the model read a window
-    of joined benign chat as rude (a quarter of long benign messages flagged) and a rude line
+    highest score (`moderator/decide/windows.py`). Trained on short lines only, the model read a
+    window of joined benign chat as rude (a quarter of long benign messages flagged) and a rude line
     late in a window as benign; these pairs teach both. Targets are the parts' element-wise
     maximum, so a joined window is exactly as rude as its rudest line. `pairs` is the training
     set so far (`training_lines`, `in_context`): nothing here is read from an evaluation split.

@@ -114,7 +114,7 @@ def measure(
 
 def model_score(model_dir: Path) -> Callable[[Sequence[str]], Scores]:
     """The highest acting label's score (every label but `obscene`), as the policy sees it."""
-    from moderator.classifier import Classifier
+    from moderator.decide.classifier import Classifier
 
     classifier = Classifier(model_dir, threads=2)
     acting = [j for j, label in enumerate(classifier.labels) if label != "obscene"]

@@ -1,8 +1,8 @@
 """`python -m models.reports.termcheck`: the packaged term list's matches on real benign text.
 
 Every benign line of the real sources in models/DATA.md (all splits: the list is not tuned on
-them) is run through `moderator.terms`, and the share of lines matched is reported per severity
-and per source, with the terms matched most often. Written to models/TERMS.md; the default
+them) is run through `moderator.policy.terms`, and the share of lines matched is reported per
+severity and per source, with the terms matched most often. Written to models/TERMS.md; the default
 policy's `default_terms` is chosen from this table.
 """
 
@@ -12,7 +12,7 @@ import collections
 
 from models.files import MODELS_DIR
 from models.lines import realdata
-from moderator.terms import SEVERITIES, TermMatcher, default_terms
+from moderator.policy.terms import SEVERITIES, TermMatcher, default_terms
 
 OUT = MODELS_DIR / "TERMS.md"
 TOP = 15

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.classifier import Classifier
+from moderator.kafka.topics import ensure_topics
 from moderator.service import Moderator
-from moderator.topics import ensure_topics
 
 PARTITIONS = 2
 

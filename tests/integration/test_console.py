@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import Select
 from console.claims import Claims
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator import loop
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 from tests.integration.console_browser import (
     Topics,
     card,

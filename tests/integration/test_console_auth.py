@@ -16,7 +16,7 @@ import pytest
 
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator import loop
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 from tests.integration.console_browser import (
     Topics,
     console_process,

@@ -20,7 +20,7 @@ from selenium.webdriver.common.by import By
 
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis, free_port
 from moderator import loop
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 from tests.integration.console_browser import (
     REPO,
     Topics,

@@ -32,12 +32,12 @@ from selenium.webdriver.support.ui import Select
 
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator import loop
-from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.overrides import Override, Overrides, text_digest
-from moderator.policy import read_spec
+from moderator.decide.classifier import Classifier
+from moderator.kafka.topics import ensure_topics
+from moderator.policy.rules import read_spec
+from moderator.review.overrides import Override, Overrides, text_digest
 from moderator.service import Moderator
-from moderator.topics import ensure_topics
 from tests.contract import validator
 from tests.integration.console_browser import (
     TOKENS,

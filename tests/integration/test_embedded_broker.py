@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from devstack.embedded import EmbeddedKafka
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -17,11 +17,11 @@ import orjson
 import pytest
 
 from devstack.embedded import EmbeddedKafka
-from moderator.finals import encode_final
-from moderator.policy import Policy, read_spec
+from moderator.kafka.topics import ensure_topics
+from moderator.policy.rules import Policy, read_spec
 from moderator.records import ChatMessage, Outcome, Timing, encode_decision
-from moderator.review import held_message, with_review
-from moderator.topics import ensure_topics
+from moderator.review.finals import encode_final
+from moderator.review.hold import held_message, with_review
 from tests.contract import check_decision
 from tests.integration.kafka_io import produce
 

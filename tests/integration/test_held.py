@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from devstack.embedded import EmbeddedRedis
-from moderator import held as held_module
-from moderator.cache import ScoreCache
-from moderator.held import HeldStore
+from moderator.decide.cache import ScoreCache
 from moderator.metrics import Metrics
+from moderator.review import held as held_module
+from moderator.review.held import HeldStore
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration

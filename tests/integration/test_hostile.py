@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaProducer
 
 from chaos.hostile import CASES, DECISION, MIB, burst
 from moderator.config import Settings
-from moderator.policy import DEFAULT_ACTIONS
+from moderator.policy.rules import DEFAULT_ACTIONS
 from moderator.records import DLQ_ERROR_CODE, DLQ_ERROR_MESSAGE, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from moderator.service import Moderator
 from tests.integration.kafka_io import consume, decisions_by_id

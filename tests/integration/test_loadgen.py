@@ -25,8 +25,8 @@ from devstack.embedded import EmbeddedKafka
 from loadgen import LoadConfig, find_max, measure_hop, run_load
 from loadgen.kafka import assign_at_end, make_consumer, make_producer
 from moderator.errors import InvalidRecord
+from moderator.kafka.topics import ensure_topics
 from moderator.records import parse_message
-from moderator.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from loadgen import LoadConfig, format_summary, run_load
 from moderator.config import Settings
-from moderator.policy import DEFAULT_ACTIONS
+from moderator.policy.rules import DEFAULT_ACTIONS
 from moderator.service import Moderator
 
 pytestmark = pytest.mark.integration

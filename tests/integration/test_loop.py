@@ -18,9 +18,9 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 
 from devstack.embedded import EmbeddedRedis
-from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.policy import read_spec
+from moderator.decide.classifier import Classifier
+from moderator.policy.rules import read_spec
 from moderator.service import Moderator
 from tests.contract import check_dead_letter_headers, check_decision, check_review
 from tests.integration.kafka_io import consume, produce, read_to_end

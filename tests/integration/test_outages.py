@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from devstack.embedded import EmbeddedKafka
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.classifier import Classifier
+from moderator.kafka.topics import ensure_topics
 from moderator.service import Moderator
-from moderator.topics import ensure_topics
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
 
 pytestmark = pytest.mark.integration

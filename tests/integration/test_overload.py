@@ -14,8 +14,8 @@ import time
 import orjson
 import pytest
 
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.classifier import Classifier
 from moderator.service import Moderator
 from tests.integration.kafka_io import consume, decisions_by_id, distinct_ids, produce
 from tests.waiting import eventually

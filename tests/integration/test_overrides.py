@@ -16,10 +16,10 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.overrides import Override, text_digest
+from moderator.decide.classifier import Classifier
 from moderator.records import Verdict
+from moderator.review.overrides import Override, text_digest
 from moderator.service import Moderator
 from tests.contract import validator
 from tests.integration.kafka_io import consume, decisions_by_id, distinct_ids, produce

@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 import pytest
 
-from moderator import policy_admin
-from moderator.classifier import Classifier
+from moderator.admin import policy_admin
 from moderator.config import Settings
-from moderator.policy import Policy
+from moderator.decide.classifier import Classifier
+from moderator.policy.rules import Policy
 from moderator.service import Moderator
 from tests.integration.kafka_io import consume, decisions_by_id, distinct_ids, produce
 from tests.waiting import eventually
@@ -122,7 +122,7 @@ async def test_a_bad_policy_is_rejected_and_the_previous_one_kept(
     async with Moderator(settings, classifier=classifier) as service:
         await service.wait_ready(30)
         bad = {**POTATO, "version": 2, "labels": {"insult": {"high": "obliterate"}}}
-        with caplog.at_level(logging.ERROR, logger="moderator.channel_policies"):
+        with caplog.at_level(logging.ERROR, logger="moderator.policy.channels"):
             await produce(
                 kafka,
                 settings.policy_topic,

@@ -21,10 +21,10 @@ from aiokafka.structs import TopicPartition
 
 from devstack.child import ModeratorChild, moderator_env
 from devstack.embedded import EmbeddedKafka
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.classifier import Classifier
+from moderator.kafka.topics import ensure_topics
 from moderator.service import Moderator
-from moderator.topics import ensure_topics
 from tests.integration.kafka_io import (
     chat,
     consume,

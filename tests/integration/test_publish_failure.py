@@ -26,11 +26,11 @@ from aiokafka import AIOKafkaProducer
 
 from chaos.observer import committed_offsets
 from chaos.procs import Broker
-from moderator.classifier import Classifier
 from moderator.config import Settings
-from moderator.policy import DEFAULT_ACTIONS
+from moderator.decide.classifier import Classifier
+from moderator.kafka.topics import ensure_topics
+from moderator.policy.rules import DEFAULT_ACTIONS
 from moderator.service import Moderator
-from moderator.topics import ensure_topics
 from tests.contract import check_dead_letter_headers, check_decision
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, read_to_end
 from tests.waiting import eventually

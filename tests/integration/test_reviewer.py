@@ -12,7 +12,7 @@ import pytest
 
 from devstack.embedded import EmbeddedKafka
 from devstack.reviewer import Answer, Reviewer
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 from tests.contract import check_verdict
 from tests.integration.kafka_io import consume, produce
 from tests.waiting import eventually

@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 
 from devstack.child import ModeratorChild
 from moderator.config import Settings
-from moderator.topics import ensure_topics
+from moderator.kafka.topics import ensure_topics
 from tests.integration.kafka_io import chat, consume, decisions_by_id, read_to_end
 from tests.integration.test_processes import committed, start
 from tests.waiting import eventually

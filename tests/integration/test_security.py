@@ -25,14 +25,14 @@ import redis
 
 from devstack.child import ModeratorChild, moderator_env
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis, free_port
-from moderator.cache import KEY_PREFIX
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.cache import KEY_PREFIX
+from moderator.decide.classifier import Classifier
 from moderator.errors import KafkaConnectError
-from moderator.policy import ALLOW
+from moderator.kafka.topics import ensure_topics
+from moderator.policy.rules import ALLOW
 from moderator.redaction import forms
 from moderator.service import Moderator
-from moderator.topics import ensure_topics
 from tests.integration.kafka_io import chat, consume, decisions_by_id, distinct_ids, produce
 from tests.integration.tls import Pki, TlsTerminator, make_pki
 

@@ -14,11 +14,12 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
 from devstack.embedded import EmbeddedRedis
-from moderator.cache import cache_key
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.cache import cache_key
+from moderator.decide.classifier import Classifier
+from moderator.kafka.topics import ensure_topics
 from moderator.pipeline import Pipeline
-from moderator.policy import DEFAULT_ACTIONS, Policy
+from moderator.policy.rules import DEFAULT_ACTIONS, Policy
 from moderator.records import (
     DLQ_ERROR_CODE,
     DLQ_ERROR_MESSAGE,
@@ -29,7 +30,6 @@ from moderator.records import (
     Outcome,
 )
 from moderator.service import Moderator
-from moderator.topics import ensure_topics
 from tests.contract import check_dead_letter_headers
 from tests.integration.kafka_io import (
     chat,
@@ -468,7 +468,7 @@ async def test_a_slow_redis_opens_the_breaker_is_logged_once_and_decisions_flow(
     the breaker opens, one warning says so, the model decides meanwhile, and the breaker closes
     once Redis answers again."""
     settings = settings.replace(redis_url=fresh_redis.url)
-    caplog.set_level(logging.WARNING, logger="moderator.cache")
+    caplog.set_level(logging.WARNING, logger="moderator.decide.cache")
     async with Moderator(settings, classifier=classifier) as service:
         await service.wait_ready(30)
         assert await service.cache.wait_redis(5)
@@ -488,7 +488,7 @@ async def test_a_slow_redis_opens_the_breaker_is_logged_once_and_decisions_flow(
         errors = service.metrics.registry.get_sample_value("moderator_redis_errors_total")
         assert (errors or 0) >= 1, "a timed-out call opened the breaker"
         assert await service.cache.wait_redis(15), "the breaker closes once Redis answers"
-    warnings = [r for r in caplog.records if r.name == "moderator.cache"]
+    warnings = [r for r in caplog.records if r.name == "moderator.decide.cache"]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert "TimeoutError" in warnings[0].getMessage()
 

@@ -19,13 +19,13 @@ from aiokafka import AIOKafkaProducer
 
 from devstack.child import ModeratorChild, moderator_env
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
-from moderator.classifier import Classifier
 from moderator.config import Settings
+from moderator.decide.classifier import Classifier
 from moderator.metrics import Metrics
-from moderator.policy import Policy, Ruling, read_spec
+from moderator.policy.rules import Policy, Ruling, read_spec
 from moderator.records import ChatMessage
 from moderator.service import Moderator
-from moderator.users import Escalation
+from moderator.users.escalation import Escalation
 from tests.integration.kafka_io import consume, decisions_by_id
 from tests.waiting import eventually
 

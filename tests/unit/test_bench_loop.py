@@ -14,9 +14,9 @@ from bench import loop, loop_report, report
 from devstack.child import Samples
 from loadgen.traffic import TrafficGenerator
 from moderator.metrics import Metrics
-from moderator.policy import Policy, Ruling
+from moderator.policy.rules import Policy, Ruling
 from moderator.records import ChatMessage
-from moderator.users import Escalation
+from moderator.users.escalation import Escalation
 
 N = 1500
 
@@ -124,13 +124,15 @@ def test_the_ratio_is_of_the_arms_mean_rates_and_each_pair_has_its_own() -> None
 
 def test_module_shares_count_the_samples_with_a_frame_in_each_module() -> None:
     lines = [
-        "thread (1): MainThread;process (moderator/pipeline.py:1);before (moderator/users.py:2) 30",
-        "thread (1): MainThread;hold (moderator/held.py:3);x (moderator/users.py:4) 10",
-        "thread (2): scorer_0;run (moderator/batcher.py:5) 60",
+        "thread (1): MainThread;process (moderator/pipeline.py:1);"
+        "before (moderator/users/escalation.py:2) 30",
+        "thread (1): MainThread;hold (moderator/review/held.py:3);"
+        "x (moderator/users/escalation.py:4) 10",
+        "thread (2): scorer_0;run (moderator/decide/batcher.py:5) 60",
     ]
     shares = loop.module_shares(lines)
-    assert shares["moderator/users.py"] == pytest.approx(0.4)
-    assert shares["moderator/held.py"] == pytest.approx(0.1)
+    assert shares["moderator/users/escalation.py"] == pytest.approx(0.4)
+    assert shares["moderator/review/held.py"] == pytest.approx(0.1)
     assert shares["any"] == pytest.approx(0.4)
 
 

@@ -11,7 +11,7 @@ from bench import cpu
 from bench.profile import summarize_folded
 from bench.scaleup import layout_label, layouts
 from bench.texts import bench_texts, key_repeat_share, repeat_share
-from moderator.batcher import SCORER_THREAD_NAME
+from moderator.decide.batcher import SCORER_THREAD_NAME
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 from bench import loop_report, peer, peer_report, quix_peer
-from moderator.classifier import Classifier
 from moderator.config import REPO_ROOT
-from moderator.policy import Policy, Ruling
+from moderator.decide.classifier import Classifier
+from moderator.policy.rules import Policy, Ruling
 
 MESSAGE = {"message_id": "m-1", "channel_id": "c-1", "user_id": "u-1", "text": "hi",
            "sent_at_ms": 1}  # fmt: skip

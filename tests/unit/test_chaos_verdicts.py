@@ -13,8 +13,8 @@ from chaos.ledger import Ledger
 from chaos.scenarios import LOOP_FALLBACK, LOOP_VERDICTS, loop_policy, loop_rule
 from chaos.verdicts import NOT_HELD, TIMEOUT_REASON, account
 from devstack.reviewer import Sent
-from moderator.policy import Policy
-from moderator.review_rules import review_rules
+from moderator.policy.review_rules import review_rules
+from moderator.policy.rules import Policy
 
 FALLBACK = "nudge"
 

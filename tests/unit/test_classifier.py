@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moderator.batcher import SCORER_THREAD_NAME, MicroBatcher, batch_sizes
-from moderator.cache import KEY_PREFIX, LruCache, cache_key
-from moderator.classifier import HEAD_CHARS_PER_TOKEN, Classifier
+from moderator.admin.score import decide_lines
+from moderator.decide.batcher import SCORER_THREAD_NAME, MicroBatcher, batch_sizes
+from moderator.decide.cache import KEY_PREFIX, LruCache, cache_key
+from moderator.decide.classifier import HEAD_CHARS_PER_TOKEN, Classifier
+from moderator.decide.screen import Reader
 from moderator.errors import ModelError
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
-from moderator.policy import DEFAULT_ACTIONS, Policy
-from moderator.score import decide_lines
-from moderator.screen import Reader
+from moderator.policy.rules import DEFAULT_ACTIONS, Policy
 
 
 def test_the_default_model_meets_the_contract(classifier: Classifier) -> None:

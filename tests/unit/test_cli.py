@@ -8,12 +8,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from moderator import __version__, progress
-from moderator.classifier import ModelInfo
+from moderator import __version__
+from moderator.admin import progress
+from moderator.admin.score import SCORE_INPUT
 from moderator.cli import main
 from moderator.config import DEFAULT_MODEL_DIR
+from moderator.decide.classifier import ModelInfo
 from moderator.errors import EX_CONFIG
-from moderator.score import SCORE_INPUT
 from moderator.workers import SUPERVISED_FLAG, worker_argv
 
 

@@ -8,9 +8,9 @@ import hashlib
 
 from aiokafka.structs import ConsumerRecord
 
-from moderator.compacted import Table, TopicState
-from moderator.overrides import InvalidOverride, Override, OverrideBook
-from moderator.topics import compacted_reader
+from moderator.kafka.compacted import Table, TopicState
+from moderator.kafka.topics import compacted_reader
+from moderator.review.overrides import InvalidOverride, Override, OverrideBook
 
 DIGEST = hashlib.sha256(b"some text").hexdigest()
 

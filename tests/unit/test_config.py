@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from moderator.config import DEFAULT_THREADS, Settings, available_cores, settings_from_args
+from moderator.decide.windows import MAX_WINDOWS
 from moderator.errors import ConfigError
-from moderator.windows import MAX_WINDOWS
 
 
 def test_defaults_match_the_design() -> None:

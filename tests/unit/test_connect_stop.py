@@ -9,7 +9,7 @@ from unittest.mock import patch
 import pytest
 
 from moderator import loop
-from moderator.connect import stop_within
+from moderator.kafka.connect import stop_within
 from tests.waiting import eventually
 
 
@@ -36,7 +36,7 @@ async def test_a_stop_that_hangs_is_given_up_with_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     client = Hangs()
-    with caplog.at_level(logging.WARNING, logger="moderator.connect"):
+    with caplog.at_level(logging.WARNING, logger="moderator.kafka.connect"):
         await asyncio.wait_for(stop_within(client, timeout_s=0.05), timeout=5)
     assert client.cancelled, "the hanging stop() was cancelled, not left running"
     assert [r.getMessage() for r in caplog.records] == [
@@ -47,7 +47,7 @@ async def test_a_stop_that_hangs_is_given_up_with_one_warning(
 async def test_a_stop_that_fails_is_logged_and_does_not_raise(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="moderator.connect"):
+    with caplog.at_level(logging.ERROR, logger="moderator.kafka.connect"):
         await stop_within(Fails())
     assert "error while stopping Fails" in caplog.text
 

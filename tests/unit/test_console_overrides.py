@@ -17,7 +17,7 @@ from console.config import ConsoleSettings
 from console.feed import Feed
 from console.overrides import MAX_EXPIRY_S, OverrideDesk, Refused, verdict_scope
 from console.records import Verdict, now_ms, parse_review
-from moderator.overrides import from_verdict, wall_ms
+from moderator.review.overrides import from_verdict, wall_ms
 
 TOKENS = "alice:alice-token-1,bob:bob-token-22"
 GLOBAL = frozenset({"alice"})

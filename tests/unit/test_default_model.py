@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import moderator
-from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR, REPO_ROOT, Settings
+from moderator.decide.classifier import Classifier
 from moderator.errors import ModelError
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from devstack import demo_loop
 from devstack.child import Samples
 from devstack.reviewer import Reviewer, Sent
-from moderator.policy import Policy, read_spec
-from moderator.review_rules import review_rules
+from moderator.policy.review_rules import review_rules
+from moderator.policy.rules import Policy, read_spec
 
 
 def metrics(**values: float) -> Samples:

@@ -25,11 +25,11 @@ from console.auth import verifier_from
 from console.commands import MODERATOR_SETTINGS
 from console.config import ConsoleSettings, env_name
 from moderator.config import Settings
-from moderator.connect import STOP_TIMEOUT_S
-from moderator.intake import FINAL_COMMIT_MIN_S
+from moderator.kafka.connect import STOP_TIMEOUT_S
+from moderator.kafka.intake import FINAL_COMMIT_MIN_S
+from moderator.kafka.topics import COMPACTED
 from moderator.loop import LEFTOVER_TIMEOUT_S
-from moderator.topics import COMPACTED
-from moderator.verdict_intake import GROUP_SUFFIX
+from moderator.review.verdicts import GROUP_SUFFIX
 from tests.oidc import Provider, jwks
 from tests.promql import (
     ALERT_RULES,

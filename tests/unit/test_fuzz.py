@@ -6,7 +6,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moderator.classifier import Classifier
+from moderator.decide.classifier import Classifier
 from moderator.errors import InvalidRecord
 from moderator.normalize import normalize_text
 from moderator.records import ChatMessage, parse_message

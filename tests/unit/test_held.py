@@ -1,5 +1,6 @@
-"""The held queue's age gauge (moderator/held.py) without Redis: what ModeratorHeldNearTimeout
-reads. The same figure from Redis's due index: tests/integration/test_held.py."""
+"""The held queue's age gauge (moderator/review/held.py) without Redis: what
+ModeratorHeldNearTimeout reads. The same figure from Redis's due index:
+tests/integration/test_held.py."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from moderator.held import HeldStore, timeout_spent
 from moderator.metrics import Metrics
+from moderator.review.held import HeldStore, timeout_spent
 
 
 @pytest.mark.parametrize(("now_ms", "due_ms", "held_ms", "spent"), [

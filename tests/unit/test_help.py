@@ -13,10 +13,10 @@ from devstack.commands import EMBEDDED, dev_settings
 from loadgen.cli import build_parser as loadgen_parser
 from models import cli as models_cli
 from models.subcommands import SUBCOMMANDS, USAGE
+from moderator.admin.override_admin import SETTINGS as OVERRIDE_SETTINGS
+from moderator.admin.score import SCORE_INPUT
 from moderator.cli import KAFKA_CONNECTION, _parser
 from moderator.config import ENV_PREFIX, Settings
-from moderator.override_admin import SETTINGS as OVERRIDE_SETTINGS
-from moderator.score import SCORE_INPUT
 
 
 def subcommands(

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from moderator.config import REPO_ROOT
-from moderator.language import CANDIDATES, LanguageGate, evidence
+from moderator.decide.language import CANDIDATES, LanguageGate, evidence
 
 DATA = REPO_ROOT / "models" / "data"
 OTHER_LANGUAGES = [DATA / "other_languages.tsv", DATA / "other_languages_heldout.tsv"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiokafka.structs import TopicPartition
 
-from moderator.ledger import OffsetLedger
+from moderator.kafka.ledger import OffsetLedger
 
 A, B = TopicPartition("chat.messages", 0), TopicPartition("chat.messages", 1)
 

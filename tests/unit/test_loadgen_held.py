@@ -7,9 +7,9 @@ from collections import Counter
 
 from loadgen.held import TEMPLATES, held_text
 from loadgen.traffic import Kind, TrafficGenerator
-from moderator.language import LanguageGate
+from moderator.decide.language import LanguageGate
 from moderator.normalize import normalize_text
-from moderator.policy import read_spec
+from moderator.policy.rules import read_spec
 
 
 def test_every_held_line_is_new_even_after_normalising() -> None:

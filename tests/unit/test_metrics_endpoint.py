@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from moderator import policy
 from moderator.metric_wings import DEAD_LETTER_REASONS, DEFAULT_ACTIONS
 from moderator.metrics import Metrics, MetricsServer
+from moderator.policy import rules as policy
 from tests.promql import REPO
 from tests.waiting import eventually, eventually_blocking
 

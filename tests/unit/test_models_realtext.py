@@ -10,7 +10,7 @@ import pytest
 
 from models.evaluation import realtext
 from models.lines import corpus, identity, realdata, teachers
-from moderator.policy import Policy
+from moderator.policy.rules import Policy
 
 LABELS = corpus.LABELS
 

@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from models.export import ship
-from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
-from moderator.policy import Policy
+from moderator.decide.classifier import Classifier
+from moderator.policy.rules import Policy
 
 LABELS = ("toxicity", "insult", "threat", "identity_attack")
 VOCAB = 30522  # the shipped tokenizer's (BERT uncased WordPiece)

@@ -11,10 +11,10 @@ import pytest
 
 from models.evaluation import suite
 from models.evaluation.suite import Case, Decision, Scorer
-from moderator.classifier import Classifier
 from moderator.config import DEFAULT_MODEL_DIR
-from moderator.language import LanguageGate
-from moderator.policy import Policy, Ruling
+from moderator.decide.classifier import Classifier
+from moderator.decide.language import LanguageGate
+from moderator.policy.rules import Policy, Ruling
 
 WANTED_HATEFUL = {
     "threat_direct", "threat_normative", "dehumanisation", "derogation_implicit",

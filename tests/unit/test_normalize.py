@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from moderator.normalize import fold_lookalikes, normalize_text
-from moderator.terms import words
+from moderator.policy.terms import words
 
 
 @pytest.mark.parametrize(

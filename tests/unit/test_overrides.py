@@ -10,17 +10,20 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from moderator.audit import entry
-from moderator.batcher import MicroBatcher
-from moderator.cache import ScoreCache
-from moderator.classifier import Classifier
+from moderator.admin.override_admin import audit_row, row
 from moderator.cli import main
+from moderator.decide.batcher import MicroBatcher
+from moderator.decide.cache import ScoreCache
+from moderator.decide.classifier import Classifier
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
-from moderator.override_admin import audit_row, row
-from moderator.override_edits import duration_s
-from moderator.overrides import (
+from moderator.pipeline import Pipeline
+from moderator.policy.rules import Policy
+from moderator.records import DEFAULT_SCOPE, ChatMessage, Verdict, parse_verdict
+from moderator.review.audit import entry
+from moderator.review.override_edits import duration_s
+from moderator.review.overrides import (
     InvalidOverride,
     Override,
     OverrideBook,
@@ -29,9 +32,6 @@ from moderator.overrides import (
     override_key,
     text_digest,
 )
-from moderator.pipeline import Pipeline
-from moderator.policy import Policy
-from moderator.records import DEFAULT_SCOPE, ChatMessage, Verdict, parse_verdict
 from tests.contract import validator
 from tests.unit.test_pipeline import Record
 

@@ -9,19 +9,19 @@ from typing import NamedTuple
 import orjson
 import pytest
 
-from moderator.batcher import MicroBatcher
-from moderator.cache import ScoreCache, cache_key
-from moderator.channel_policies import PolicyBook
-from moderator.classifier import Classifier
 from moderator.config import DEGRADED_MODES, Settings
-from moderator.degrade import Fallback, fallback_for
-from moderator.held import HeldStore
+from moderator.decide.batcher import MicroBatcher
+from moderator.decide.cache import ScoreCache, cache_key
+from moderator.decide.classifier import Classifier
+from moderator.decide.degrade import Fallback, fallback_for
+from moderator.decide.screen import Reader
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
-from moderator.policy import Policy, read_spec
+from moderator.policy.channels import PolicyBook
+from moderator.policy.rules import Policy, read_spec
 from moderator.records import DLQ_ERROR_CODE
-from moderator.review import Review
-from moderator.screen import Reader
+from moderator.review.held import HeldStore
+from moderator.review.hold import Review
 
 
 class Record(NamedTuple):

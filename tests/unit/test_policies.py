@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from moderator.channel_policies import DEFAULT_KEY, PolicyBook
 from moderator.errors import PolicyError
-from moderator.policy import Policy
+from moderator.policy.channels import DEFAULT_KEY, PolicyBook
+from moderator.policy.rules import Policy
 
 POTATO = {"name": "potato", "version": 1, "deny": [{"term": "potato"}]}
 

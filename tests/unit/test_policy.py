@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from moderator.errors import PolicyError
-from moderator.policy import Policy, merge_specs
-from moderator.terms import default_terms
+from moderator.policy.rules import Policy, merge_specs
+from moderator.policy.terms import default_terms
 
 
 def test_the_default_policy_blocks_threats_and_lets_profanity_pass() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from moderator.progress import DELAY_S, ERASE, Progress
+from moderator.admin.progress import DELAY_S, ERASE, Progress
 
 
 class Terminal(io.StringIO):

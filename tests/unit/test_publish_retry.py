@@ -19,9 +19,9 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError, UnknownError
 from aiokafka.structs import TopicPartition
 
-from moderator.ledger import OffsetLedger
+from moderator.kafka.ledger import OffsetLedger
+from moderator.kafka.publisher import Fetched, Publisher
 from moderator.metrics import Metrics
-from moderator.publisher import Fetched, Publisher
 from moderator.records import DLQ_ERROR_CODE, Outcome
 from moderator.tasks import Supervisor
 from tests.waiting import eventually

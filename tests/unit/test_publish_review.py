@@ -7,9 +7,9 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.structs import TopicPartition
 
-from moderator.ledger import OffsetLedger
+from moderator.kafka.ledger import OffsetLedger
+from moderator.kafka.publisher import Fetched, Publisher
 from moderator.metrics import Metrics
-from moderator.publisher import Fetched, Publisher
 from moderator.records import Outcome
 from moderator.tasks import Supervisor
 from tests.unit.test_publish_retry import DLQ, IN, OUT, Producer, Record, until

@@ -16,8 +16,8 @@ from aiokafka.errors import (
 
 from moderator import redaction
 from moderator.config import Settings
-from moderator.connect import describe_failure
 from moderator.errors import ConfigError
+from moderator.kafka.connect import describe_failure
 from moderator.redaction import redact_url, url_secrets
 
 

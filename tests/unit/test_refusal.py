@@ -18,6 +18,7 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import ConsumerRecord
 
+from moderator.kafka.refusal import PUBLISH_FAILED, describe, divert, is_refusal
 from moderator.records import (
     DLQ_DECISION,
     DLQ_ERROR_CODE,
@@ -26,7 +27,6 @@ from moderator.records import (
     DLQ_VALUE_OMITTED,
     Outcome,
 )
-from moderator.refusal import PUBLISH_FAILED, describe, divert, is_refusal
 
 INPUT = b'{"message_id":"m-1","channel_id":"c-1","user_id":"u-1","text":"gg"}'
 DECISION = b'{"message_id":"m-1","action":"allow"}'

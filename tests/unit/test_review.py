@@ -11,12 +11,13 @@ import orjson
 import pytest
 
 from moderator.errors import InvalidRecord, PolicyError
-from moderator.finals import encode_final, final_key
-from moderator.held import FINAL_KEEP_S, HeldStore, RedisUnavailable
 from moderator.metrics import Metrics
-from moderator.policy import Policy, read_spec
+from moderator.policy.review_rules import DEFAULT, review_rules
+from moderator.policy.rules import Policy, read_spec
 from moderator.records import ChatMessage, Outcome, Timing, Verdict, decision_record, parse_verdict
-from moderator.review import (
+from moderator.review.finals import encode_final, final_key
+from moderator.review.held import FINAL_KEEP_S, HeldStore, RedisUnavailable
+from moderator.review.hold import (
     Review,
     encode_review,
     held_message,
@@ -24,7 +25,6 @@ from moderator.review import (
     ring_entry,
     select_context,
 )
-from moderator.review_rules import DEFAULT, review_rules
 from tests.contract import check_decision, check_review, validator
 
 CHAT = ChatMessage("m-9", "c-1", "u-1", "you will regret this", 1_000)

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from moderator.errors import InvalidRecord
-from moderator.policy import DEFAULT_ACTIONS
+from moderator.policy.rules import DEFAULT_ACTIONS
 from moderator.records import (
     ChatMessage,
     Timing,
@@ -18,7 +18,7 @@ from moderator.records import (
     encode_decision,
     parse_message,
 )
-from moderator.review import with_review
+from moderator.review.hold import with_review
 from tests.contract import SCHEMAS, check_dead_letter_headers, check_decision, validator
 
 MSG = ChatMessage("m-1", "c-1", "u-1", "gg wp", 1732240000000)

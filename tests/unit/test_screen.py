@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moderator.cache import cache_key
-from moderator.channel_policies import layered
-from moderator.classifier import Classifier
+from moderator.decide.cache import cache_key
+from moderator.decide.classifier import Classifier
+from moderator.decide.screen import Reader, Screened, decide_texts, judge, screen
+from moderator.decide.text import Text
 from moderator.errors import PolicyError
-from moderator.policy import EMPTY_TEXT, Policy, Ruling
-from moderator.screen import Reader, Screened, decide_texts, judge, screen
-from moderator.text import Text
+from moderator.policy.channels import layered
+from moderator.policy.rules import EMPTY_TEXT, Policy, Ruling
 
 FRIENDLY = (
     "hey everyone, hope you are all having a great day, the stream was fun yesterday "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moderator.terms import SEVERITIES, Term, TermMatcher, default_terms
+from moderator.policy.terms import SEVERITIES, Term, TermMatcher, default_terms
 
 DENY = [
     Term(t, "test")

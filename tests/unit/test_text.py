@@ -10,20 +10,21 @@ from typing import Any
 import orjson
 import pytest
 
-from moderator import classifier as classifier_module
-from moderator import language, terms, text, windows
-from moderator.batcher import MicroBatcher
-from moderator.cache import ScoreCache
-from moderator.classifier import Classifier
+from moderator.decide import classifier as classifier_module
+from moderator.decide import language, text, windows
+from moderator.decide.batcher import MicroBatcher
+from moderator.decide.cache import ScoreCache
+from moderator.decide.classifier import Classifier
+from moderator.decide.screen import Reader
+from moderator.decide.text import Text
 from moderator.metrics import Metrics
 from moderator.normalize import normalize_text
-from moderator.overrides import Overrides, from_verdict
 from moderator.pipeline import Pipeline
-from moderator.policy import Policy, read_spec
+from moderator.policy import terms
+from moderator.policy.rules import Policy, read_spec
 from moderator.records import ChatMessage, Verdict
-from moderator.screen import Reader
-from moderator.text import Text
-from moderator.users import Escalation
+from moderator.review.overrides import Overrides, from_verdict
+from moderator.users.escalation import Escalation
 from tests.unit.test_pipeline import message
 
 HELDOUT = Path(__file__).parents[2] / "models" / "data" / "heldout.tsv"

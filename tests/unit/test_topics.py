@@ -8,9 +8,10 @@ from typing import Any, ClassVar
 import pytest
 from aiokafka.admin import NewTopic
 
-from moderator import cli, topics
+from moderator import cli
 from moderator.config import Settings
 from moderator.errors import ConfigError
+from moderator.kafka import topics
 
 
 class FakeAdmin:

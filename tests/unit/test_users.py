@@ -1,5 +1,5 @@
 """Escalation by user on in-process state: the policy's `[users]` rules, strikes, mute, flood,
-repeats and links (moderator/user_rules.py, user_state.py, users.py)."""
+repeats and links (moderator/policy/user_rules.py, users/state.py, users/escalation.py)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ from typing import Any, cast
 import orjson
 import pytest
 
-from moderator.batcher import MicroBatcher
-from moderator.cache import ScoreCache
-from moderator.channel_policies import PolicyBook
-from moderator.classifier import Classifier
+from moderator.admin.score import decide_lines
+from moderator.decide.batcher import MicroBatcher
+from moderator.decide.cache import ScoreCache
+from moderator.decide.classifier import Classifier
+from moderator.decide.screen import Reader
 from moderator.errors import PolicyError
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
-from moderator.policy import Policy, Ruling, read_spec
+from moderator.policy.channels import PolicyBook
+from moderator.policy.rules import Policy, Ruling, read_spec
+from moderator.policy.user_rules import UserRules, host_of
 from moderator.records import ChatMessage
-from moderator.score import decide_lines
-from moderator.screen import Reader
-from moderator.user_rules import UserRules, host_of
-from moderator.user_state import MemoryState, RedisState
-from moderator.users import Escalation
+from moderator.users.escalation import Escalation
+from moderator.users.state import MemoryState, RedisState
 
 S = 1000  # ms
 
@@ -368,7 +368,9 @@ async def test_a_slow_redis_falls_back_to_process_state_and_recovers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     warnings: list[str] = []
-    monkeypatch.setattr("moderator.users.log.warning", lambda msg, *a: warnings.append(msg))
+    monkeypatch.setattr(
+        "moderator.users.escalation.log.warning", lambda msg, *a: warnings.append(msg)
+    )
     p = policy(flood_messages=1, strikes=1)
     users = Escalation(Metrics().users, timeout_ms=20)
     working = users._redis = cast(RedisState, _Fake())
@@ -379,7 +381,7 @@ async def test_a_slow_redis_falls_back_to_process_state_and_recovers(
     gauge = users.metrics.registry.get_sample_value("moderator_user_state_degraded")
     assert gauge == 1
     assert len(warnings) == 1, "one warning, not one per batch"
-    monkeypatch.setattr("moderator.users.RETRY_S", 0.0)
+    monkeypatch.setattr("moderator.users.escalation.RETRY_S", 0.0)
     users._redis = working
     await users.before([(msg(9, t_s=9), p)])
     assert not users.degraded

@@ -10,9 +10,9 @@ import pytest
 
 from models.lines import corpus, verdicts
 from models.reports import datasheet
-from moderator.classifier import ModelInfo
+from moderator.admin.verdict_export import FLAGGED_LABEL, join, target, training_line
 from moderator.config import DEFAULT_MODEL_DIR
-from moderator.verdict_export import FLAGGED_LABEL, join, target, training_line
+from moderator.decide.classifier import ModelInfo
 
 LABELS = ModelInfo.load(DEFAULT_MODEL_DIR).labels
 MAX_BYTES = 4096  # a verdict's size limit (the moderators' max_record_bytes)

@@ -10,12 +10,12 @@ from typing import Any, NamedTuple
 import orjson
 import pytest
 
-from moderator import verdict_intake
 from moderator.config import Settings
-from moderator.held import Applied, RedisUnavailable
 from moderator.metrics import Metrics
 from moderator.records import DLQ_ERROR_CODE, Verdict
-from moderator.verdict_intake import VerdictIntake
+from moderator.review import verdicts as verdict_intake
+from moderator.review.held import Applied, RedisUnavailable
+from moderator.review.verdicts import VerdictIntake
 from tests.contract import check_dead_letter_headers, check_decision
 
 HELD = {"message_id": "m-1", "channel_id": "c-1", "user_id": "u-1", "text": "kys lol",

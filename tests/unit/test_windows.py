@@ -5,15 +5,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moderator.classifier import Classifier
-from moderator.normalize import normalize_text
-from moderator.windows import (
+from moderator.decide.classifier import Classifier
+from moderator.decide.windows import (
     MAX_WINDOWS,
     WindowScorer,
     highest,
     normalize_with_origins,
     plan_windows,
 )
+from moderator.normalize import normalize_text
 
 FRIENDLY = (
     "hey everyone, hope you are all having a great day, the stream was fun yesterday "
