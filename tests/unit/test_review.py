@@ -54,6 +54,7 @@ def test_a_verdict_is_parsed_with_its_defaults() -> None:
         (verdict(moderator_id=7), "wrong_type"),
         (verdict(at_ms="now"), "wrong_type"),
         (verdict(reason=3), "wrong_type"),
+        (verdict(override_expires_at_ms="7d"), "wrong_type"),
         (
             orjson.dumps({"message_id": "m", "verdict": "allow", "moderator_id": "x"}),
             "missing_field",
@@ -66,6 +67,29 @@ def test_a_bad_verdict_is_refused_with_its_code(value: bytes | None, code: str) 
     with pytest.raises(InvalidRecord) as info:
         parse_verdict(value, max_bytes=1000)
     assert info.value.code == code
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (verdict(message_id=""), "'message_id' must not be empty"),
+        (verdict(moderator_id=""), "'moderator_id' must not be empty"),
+        (verdict(verdict="obliterate"), "'verdict' must be one of allow, nudge, block"),
+        (verdict(scope="planet"), "'scope' must be one of global, channel"),
+        (verdict(reason=3), "'reason' must be a string, got integer"),
+        (verdict(at_ms="now"), "'at_ms' must be an integer, got string"),
+        (verdict(at_ms=None), "the required field 'at_ms' is missing"),
+        (
+            verdict(override_expires_at_ms="7d"),
+            "'override_expires_at_ms' must be an integer, got string",
+        ),
+    ],
+)
+def test_a_refused_verdict_says_which_field_and_what_it_got(value: bytes, message: str) -> None:
+    """The message is what the dead letter's header carries to whoever wrote the verdict."""
+    with pytest.raises(InvalidRecord) as info:
+        parse_verdict(value, max_bytes=1000)
+    assert info.value.message == message
 
 
 def test_what_the_parser_takes_the_verdict_schema_takes_and_the_reverse() -> None:
