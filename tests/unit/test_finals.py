@@ -18,9 +18,10 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 
 from moderator.kafka.refusal import RETRY_BACKOFF_S, RETRY_JITTER
+from moderator.metrics import Metrics
 from moderator.review import finals
-from moderator.review.finals import Refused, deliver, encode_final, final_key
-from moderator.review.held import Held
+from moderator.review.finals import Refused, TimeoutSweeper, deliver, encode_final, final_key
+from moderator.review.held import Held, HeldStore
 
 HELD: Held = {
     "message_id": "m-1",
@@ -148,3 +149,36 @@ async def test_a_timeouts_final_decision_is_re_sent_however_often_it_is_refused(
     await deliver(broker, "chat.decisions", b"c-1", b"{}")  # refusals=0: never given up
     assert len(broker.sends) == 6
     assert len(waits) == 5
+
+
+class NoRedis:
+    """The score cache with Redis off: the held messages are kept in this process."""
+
+    redis_enabled = True
+    client = None
+
+    def failed(self, exc: BaseException) -> None:
+        raise AssertionError("no call is made without a client")
+
+
+async def test_a_held_message_past_its_timeout_gets_its_fallback_once() -> None:
+    metrics = Metrics()
+    store = HeldStore(NoRedis(), metrics.review, group="g", timeout_s=0.1)
+    now_ms = int(time.time() * 1000)
+    due = {**HELD, "held_at_ms": now_ms - 60_000, "expires_at_ms": now_ms - 1}
+    later = {**HELD, "message_id": "m-2", "held_at_ms": now_ms, "expires_at_ms": now_ms + 600_000}
+    await store.hold([due, later], {}, [], ring_size=1, ring_ttl_s=1)
+    broker = Broker()
+    sweeper = TimeoutSweeper(store, broker, out_topic="chat.decisions", metrics=metrics.review)
+    assert await sweeper.sweep() == 1
+    [(topic, key, value, _)] = broker.sends
+    final = orjson.loads(value or b"")
+    assert (topic, key) == ("chat.decisions", b"c-1")
+    assert (final["message_id"], final["action"], final["reason"]) == (
+        "m-1",
+        "block",
+        "review_timeout",
+    )
+    assert await sweeper.sweep() == 0, "settled: timed out once"
+    assert len(broker.sends) == 1
+    assert metrics.registry.get_sample_value("moderator_review_timeouts_total") == 1
