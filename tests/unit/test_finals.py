@@ -94,6 +94,14 @@ def test_a_final_decision_repeats_the_held_message_with_its_own_action_and_reaso
     assert {name: final[name] for name in repeated} == {name: HELD[name] for name in repeated}
     assert (final["action"], final["reason"], final["final"]) == ("allow", "verdict:mod-7", True)
     assert (final["cached"], final["degraded"], final["language"]) == (False, False, "en")
+    # No model ran for it: no latency of its own, never over the scoring budget.
+    assert final["latency_ms"] == {"queue": 0, "score": 0, "total": 0}
+    assert final["over_budget"] is False
+
+
+def test_a_truncated_held_message_stays_truncated_in_its_final_decision() -> None:
+    final = orjson.loads(encode_final({**HELD, "truncated": True}, "block", "review_timeout"))
+    assert final["truncated"] is True
 
 
 def test_a_held_message_without_scores_gets_a_final_decision_with_empty_scores() -> None:
@@ -130,6 +138,17 @@ async def test_a_final_decision_is_re_sent_through_an_outage_backing_off_further
     factors = [waited / step for waited, step in zip(waits, steps, strict=True)]
     assert all(1 - RETRY_JITTER <= f <= 1 + RETRY_JITTER for f in factors), factors
     assert len(set(factors)) > 1  # jittered: instances that failed together do not retry together
+
+
+async def test_each_re_send_is_logged_with_its_topic_and_error(
+    waits: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    await deliver(Broker(outage()), "chat.decisions", b"c-1", b"{}")
+    [record] = [r for r in caplog.records if r.name == "moderator.review.finals"]
+    assert record.levelname == "WARNING"
+    assert record.getMessage().startswith(
+        "publishing to chat.decisions failed (KafkaConnectionError: broker away); retry 1 in "
+    )
 
 
 async def test_a_verdicts_final_decision_refused_as_often_as_allowed_is_given_up(
