@@ -29,6 +29,7 @@ from packaging.utils import canonicalize_name
 
 import moderator
 from moderator.cli import main
+from tests.imports import cycle, import_graph, imports_of, module_files, upward
 
 RUNTIME = Path(moderator.__file__).parent
 REPO = RUNTIME.parent
@@ -64,15 +65,6 @@ NOT_SOURCES = shutil.ignore_patterns(
 )
 
 
-def runtime_files(package: Path = RUNTIME) -> dict[str, Path]:
-    """`moderator.x.y` → its file, for every module and subpackage of the runtime."""
-    found: dict[str, Path] = {}
-    for path in package.rglob("*.py"):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
-
-
 def imported(path: Path) -> set[str]:
     """Top-level names of every module `path` imports (lazily or not)."""
     names: set[str] = set()
@@ -84,66 +76,9 @@ def imported(path: Path) -> set[str]:
     return names
 
 
-def runtime_imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The runtime modules of `known` that `name` imports, anywhere in it (a function's imports
-    too); `from moderator import __version__` is the package itself, left out."""
-    targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets.update(f"{node.module}.{alias.name}" for alias in node.names)
-    resolved: set[str] = set()
-    for target in targets:
-        while target and target not in known:  # `from moderator.kafka.ledger import Entry`
-            target = target.rpartition(".")[0]
-        if target and target not in (name, RUNTIME.name):
-            resolved.add(target)
-    return resolved
-
-
-def import_graph(package: Path = RUNTIME) -> dict[str, set[str]]:
-    """Runtime module → the runtime modules it imports."""
-    files = runtime_files(package)
-    return {name: runtime_imports(name, path, set(files)) for name, path in files.items()}
-
-
 def floor_of(module: str) -> int | None:
     parts = module.split(".")
     return FLOOR.get(parts[1]) if len(parts) > 1 else None
-
-
-def cycle(graph: Mapping[str, set[str]]) -> list[str]:
-    """One import cycle of `graph` as [a, b, ..., a], or [] when there is none."""
-    done: set[str] = set()
-
-    def visit(node: str, path: tuple[str, ...]) -> list[str]:
-        if node in path:
-            return [*path[path.index(node) :], node]
-        if node in done:
-            return []
-        for nxt in sorted(graph.get(node, ())):
-            if found := visit(nxt, (*path, node)):
-                return found
-        done.add(node)
-        return []
-
-    for start in sorted(graph):
-        if found := visit(start, ()):
-            return found
-    return []
-
-
-def upward(graph: Mapping[str, set[str]]) -> list[str]:
-    """Every import of a module from a floor above the importer's."""
-    return sorted(
-        f"{module} -> {target}"
-        for module, targets in graph.items()
-        for target in targets
-        if (low := floor_of(module)) is not None
-        and (high := floor_of(target)) is not None
-        and high > low
-    )
 
 
 def longest_chain_within_a_floor(graph: Mapping[str, set[str]]) -> list[str]:
@@ -160,9 +95,13 @@ def longest_chain_within_a_floor(graph: Mapping[str, set[str]]) -> list[str]:
     return list(max((chain(m) for m in sorted(graph)), key=len, default=()))
 
 
+def runtime_files() -> dict[str, Path]:
+    return module_files(RUNTIME)
+
+
 @functools.cache
 def graph() -> dict[str, set[str]]:
-    return import_graph()
+    return import_graph(RUNTIME)
 
 
 def formatter_escapes() -> dict[str, int]:
@@ -182,7 +121,7 @@ def test_the_runtime_modules_import_one_another_in_no_cycle() -> None:
 
 
 def test_no_runtime_module_imports_from_a_wing_above_its_own() -> None:
-    assert upward(graph()) == []
+    assert upward(graph(), floor_of) == []
 
 
 def test_each_floors_modules_import_one_another_at_most_a_few_deep() -> None:
@@ -219,15 +158,15 @@ def test_the_checks_see_a_cycle_an_upward_import_and_a_lazy_one(tmp_path: Path) 
         ["moderator.kafka.intake", "moderator.kafka.ledger", "moderator.kafka.intake"],
         ["moderator.kafka.ledger", "moderator.kafka.intake", "moderator.kafka.ledger"],
     )
-    assert upward(found) == []
+    assert upward(found, floor_of) == []
     found["moderator.kafka.intake"] = {"moderator.review.held"}
-    assert upward(found) == ["moderator.kafka.intake -> moderator.review.held"]
+    assert upward(found, floor_of) == ["moderator.kafka.intake -> moderator.review.held"]
     found = {"moderator.kafka.a": {"moderator.kafka.b"}, "moderator.kafka.b": {"moderator.errors"}}
     assert longest_chain_within_a_floor(found) == ["moderator.kafka.a", "moderator.kafka.b"]
     found["moderator.kafka.b"] = {"moderator.kafka.a"}
     with pytest.raises(ValueError, match="cycle"):
         longest_chain_within_a_floor(found)
-    cli = runtime_imports("moderator.cli", RUNTIME / "cli.py", set(graph()))
+    cli = imports_of("moderator.cli", RUNTIME / "cli.py", set(graph()))
     assert {"moderator.logs", "moderator.admin.policy_admin"} <= cli  # `from moderator import`
     assert "moderator.workers" in cli  # inside a function
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import os
 import tomllib
-from collections.abc import Mapping
 from pathlib import Path
 
 import models
+from tests.imports import cycle, import_graph, module_files, upward
 
 PACKAGE = Path(models.__file__).parent
 REPO = PACKAGE.parent
@@ -30,81 +29,14 @@ LAYERS = (
 LAYER = {name: floor for floor, names in enumerate(LAYERS) for name in names}
 
 
-def module_files(package: Path = PACKAGE) -> dict[str, Path]:
-    """`models.x.y` → its file, for every module and subpackage (not walking into models/build/,
-    the git-ignored build output, which can hold a whole environment's packages)."""
-    found: dict[str, Path] = {}
-    for folder, dirs, files in os.walk(package):
-        dirs[:] = [d for d in dirs if d not in ("build", "__pycache__")]
-        for path in (Path(folder) / f for f in files if f.endswith(".py")):
-            parts = path.relative_to(package.parent).with_suffix("").parts
-            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
-
-
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of `known` that `name` imports, anywhere in it (a function's imports too)."""
-    targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets.update(f"{node.module}.{alias.name}" for alias in node.names)
-    resolved: set[str] = set()
-    for target in targets:
-        while target and target not in known:  # `from models.lines.corpus import LABELS`
-            target = target.rpartition(".")[0]
-        if target and target != name and target != "models":
-            resolved.add(target)
-    return resolved
-
-
-def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    files = module_files(package)
-    return {name: imports_of(name, path, set(files)) for name, path in files.items()}
-
-
-def cycle(graph: Mapping[str, set[str]]) -> list[str]:
-    """One import circle of `graph` as [a, b, ..., a], or [] when there is none."""
-    done: set[str] = set()
-
-    def visit(node: str, path: tuple[str, ...]) -> list[str]:
-        if node in path:
-            return [*path[path.index(node) :], node]
-        if node in done:
-            return []
-        for nxt in sorted(graph.get(node, ())):
-            if found := visit(nxt, (*path, node)):
-                return found
-        done.add(node)
-        return []
-
-    for start in sorted(graph):
-        if found := visit(start, ()):
-            return found
-    return []
-
-
 def layer_of(module: str) -> int | None:
     parts = module.split(".")
     return LAYER.get(parts[1]) if len(parts) > 1 else None
 
 
-def upward(graph: Mapping[str, set[str]]) -> list[str]:
-    """Every import of a module from a layer above its own."""
-    return sorted(
-        f"{module} -> {target}"
-        for module, targets in graph.items()
-        for target in targets
-        if (low := layer_of(module)) is not None
-        and (high := layer_of(target)) is not None
-        and high > low
-    )
-
-
 @functools.cache
 def graph() -> dict[str, set[str]]:
-    return import_graph()
+    return import_graph(PACKAGE)
 
 
 def test_every_model_module_stands_in_a_declared_layer() -> None:
@@ -116,7 +48,7 @@ def test_the_model_modules_import_one_another_in_no_circle() -> None:
 
 
 def test_no_model_module_imports_from_a_layer_above_its_own() -> None:
-    assert upward(graph()) == []
+    assert upward(graph(), layer_of) == []
 
 
 def test_each_layer_is_a_subpackage_that_says_what_it_owns() -> None:
@@ -132,7 +64,9 @@ def test_the_tools_distribution_lists_every_model_subpackage() -> None:
     """setuptools installs only the packages it is told of: a layer left out of the list would
     be missing from `pip install chat-moderator-tools` while every test in the checkout passes."""
     listed = tomllib.loads((REPO / "tools" / "pyproject.toml").read_text())["tool"]["setuptools"]
-    subpackages = {name for name, path in module_files().items() if path.name == "__init__.py"}
+    subpackages = {
+        name for name, path in module_files(PACKAGE).items() if path.name == "__init__.py"
+    }
     assert subpackages <= set(listed["packages"])
 
 
@@ -151,6 +85,6 @@ def test_the_checks_see_a_circle_an_upward_import_and_a_lazy_one(tmp_path: Path)
         ["models.lines.corpus", "models.lines.split", "models.lines.corpus"],
         ["models.lines.split", "models.lines.corpus", "models.lines.split"],
     )
-    assert upward(found) == []
+    assert upward(found, layer_of) == []
     found["models.lines.corpus"].add("models.evaluation.judge")
-    assert upward(found) == ["models.lines.corpus -> models.evaluation.judge"]
+    assert upward(found, layer_of) == ["models.lines.corpus -> models.evaluation.judge"]
