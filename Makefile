@@ -137,8 +137,9 @@ check: lint typecheck alerts manifests  ## lint, type-check, alert-rule tests, d
 
 # The runtime modules that hold a decision or delivery rule: `make mutation` mutates these (and
 # only these) and fails if one of them kills under MUTATION_FLOOR percent of its mutants. The unit
-# tests run against each mutant are in pyproject.toml ([tool.mutmut]). decide/text.py is not here:
-# its forms are cached properties, and mutmut does not mutate a decorated function.
+# tests run against each mutant are in pyproject.toml ([tool.mutmut]; two files of them start a
+# redis-server, hence `redis`). decide/text.py is not here: its forms are cached properties, and
+# mutmut does not mutate a decorated function.
 MUTATION_FLOOR := 90
 MUTATION_MODULES := \
 	moderator/kafka/ledger.py moderator/kafka/publisher.py moderator/kafka/intake.py \
@@ -148,7 +149,7 @@ MUTATION_MODULES := \
 	moderator/decide/cache.py moderator/review/held.py moderator/review/finals.py \
 	moderator/review/overrides.py moderator/users/state.py moderator/users/escalation.py
 
-mutation: $(VENV)/.extras-$(MUTATION_EXTRAS)  ## mutmut over the decision and delivery modules; a score each (long)
+mutation: $(VENV)/.extras-$(MUTATION_EXTRAS) redis  ## mutmut over the decision and delivery modules; a score each (long)
 	$(PY) -m tests.mutation --floor $(MUTATION_FLOOR) $(MUTATION_MODULES)
 
 bench: $(VENV)/.extras-$(BENCH_EXTRAS) redis  ## regenerate BENCHMARKS.md (minutes; not part of the tests)

@@ -8,8 +8,9 @@ It prints the surviving mutants (`.venv/bin/mutmut show NAME` prints one), then 
 `--floor` percent of its mutants, naming those modules, so the target states the bar rather than
 leaving it to whoever reads the figure.
 
-A mutant no selected unit test runs ("no tests") counts as survived: code only the integration
-tests reach (the Lua sent to Redis, the aiokafka calls) is part of the figure, not left out of it.
+A mutant no selected test runs ("no tests") counts as survived: code only the broker's
+integration tests reach (the aiokafka calls of kafka/intake.py, say) is part of the figure, not
+left out of it. (The Lua sent to Redis is reached: two Redis-only integration files are selected.)
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from aiokafka.structs import TopicPartition
 
 from moderator.kafka.ledger import OffsetLedger
 from moderator.kafka.publisher import Fetched, Publisher
+from moderator.kafka.refusal import describe
 from moderator.metrics import Metrics
 from moderator.records import DLQ_ERROR_CODE, Outcome
 from moderator.tasks import Supervisor
@@ -321,3 +322,40 @@ async def test_a_re_send_waits_for_its_backoff_only_and_stop_cancels_it() -> Non
     await h.close()
     assert not resends(), "stopping the publisher cancelled it"
     assert len(h.sends) == sends
+
+
+async def test_each_diversion_is_logged_with_the_record_its_refusals_the_error_and_the_way_out(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What an operator reads, and a JSON log indexes (the record's topic, partition, offset)."""
+    h = harness
+    send = await h.publish(REFUSED_TP, 7)
+    send = await h.fail(send, UnknownError())
+    for _ in range(3):
+        await h.ack_other()
+        send = await h.fail(send, UnknownError())
+    send = await h.fail(send, UnknownError())  # the dead letter, refused in turn
+    for _ in range(3):
+        await h.ack_other(DLQ)
+        send = await h.fail(send, UnknownError())
+    send = await h.fail(send, UnknownError())  # and its receipt
+    for _ in range(3):
+        await h.ack_other(DLQ)
+        send = await h.fail(send, UnknownError())
+    said = [r for r in caplog.records if r.name == "moderator.kafka.publisher"]
+    retries = [r.getMessage() for r in said if r.levelname == "WARNING"]
+    assert retries[0].startswith(f"publishing to {OUT} failed (")
+    assert retries[0].endswith("); retry 1 in 0.00s")
+    said = [r for r in said if r.levelname == "ERROR"]
+    why = describe(UnknownError())
+    assert [r.getMessage() for r in said] == [
+        f"the broker refused the decision for chat.messages[0]@7 3 times ({why}); diverting it "
+        "to chat.messages.dlq",
+        f"the broker refused the dead letter for chat.messages[0]@7 3 times ({why}); diverting it"
+        " to chat.messages.dlq",
+        f"the broker refused the dead-letter receipt for chat.messages[0]@7 3 times ({why}); "
+        "re-sending it until it is taken, and holding the partition's commits",
+    ]
+    assert {(r.__dict__["topic"], r.__dict__["partition"], r.__dict__["offset"]) for r in said} == {
+        (IN, 0, 7)
+    }
