@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -328,6 +329,7 @@ async def test_each_diversion_is_logged_with_the_record_its_refusals_the_error_a
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     """What an operator reads, and a JSON log indexes (the record's topic, partition, offset)."""
+    caplog.set_level(logging.WARNING, logger="moderator.kafka.publisher")  # whatever ran before
     h = harness
     send = await h.publish(REFUSED_TP, 7)
     send = await h.fail(send, UnknownError())
