@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from moderator.kafka.connect import start_client, stop_within
+from moderator.kafka.topics import compacted_reader
 from moderator.tasks import cancel
 
 POLL_MS = 200  # a change is applied within about this long after it is written
@@ -37,16 +38,6 @@ class Book(Protocol):
 
 
 B = TypeVar("B", bound=Book)
-
-
-class CompactedReader(Protocol):
-    """topics.compacted_reader: the topic made sure of, and a consumer outside any group, not
-    started. Passed in: this module sits beside topics, not above it (tests/unit/test_layout.py
-    caps the import chain)."""
-
-    def __call__(
-        self, options: Mapping[str, Any], topic: str, *, replication: int, what: str
-    ) -> Awaitable[AIOKafkaConsumer]: ...
 
 
 class Ready(NamedTuple):
@@ -72,7 +63,6 @@ class Table(Generic[B]):
         kafka_options: Mapping[str, Any],
         *,
         what: str,
-        reader: CompactedReader,
         refusal: type[Exception],
         on_change: Callable[[str, str], None],
         on_refused: Callable[[str, Exception], None],
@@ -85,7 +75,6 @@ class Table(Generic[B]):
         self.what = what
         self.replication = replication
         self.task: asyncio.Task[None] | None = None
-        self._reader = reader
         self._refusal = refusal
         self._apply = apply or book.apply
         self._on_change = on_change
@@ -94,7 +83,7 @@ class Table(Generic[B]):
 
     async def start(self) -> Ready:
         """Create the topic if missing, read it to its end offsets, then follow it."""
-        self._consumer = consumer = await self._reader(
+        self._consumer = consumer = await compacted_reader(
             self.options, self.topic, replication=self.replication, what=self.what
         )
         await start_client(consumer, self.options, f"the {self.what} consumer")

@@ -20,7 +20,6 @@ import orjson
 
 from moderator.errors import PolicyError
 from moderator.kafka.compacted import Table
-from moderator.kafka.topics import compacted_reader
 from moderator.metric_wings import PolicyMetrics
 from moderator.policy.rules import Policy, merge_specs
 
@@ -125,7 +124,6 @@ class PolicyFeed:
             topic,
             kafka_options,
             what="policies",
-            reader=compacted_reader,
             refusal=PolicyError,
             apply=self._apply,
             on_change=self._changed,

@@ -39,7 +39,6 @@ from moderator.config import Settings
 from moderator.decide.text import Text
 from moderator.errors import ModeratorError
 from moderator.kafka.compacted import Table
-from moderator.kafka.topics import compacted_reader
 from moderator.metric_wings import ReviewMetrics
 from moderator.records import SCOPES, VERDICTS, ChatMessage, Verdict
 
@@ -231,7 +230,6 @@ class Overrides:
             topic,
             kafka_options,
             what="overrides",
-            reader=compacted_reader,
             refusal=InvalidOverride,
             on_change=self._changed,
             on_refused=self._refused,

@@ -9,7 +9,6 @@ import hashlib
 from aiokafka.structs import ConsumerRecord
 
 from moderator.kafka.compacted import Table, TopicState
-from moderator.kafka.topics import compacted_reader
 from moderator.review.overrides import InvalidOverride, Override, OverrideBook
 
 DIGEST = hashlib.sha256(b"some text").hexdigest()
@@ -46,7 +45,6 @@ def table(seen: Seen) -> Table[OverrideBook]:
         "chat.overrides",
         {},
         what="overrides",
-        reader=compacted_reader,
         refusal=InvalidOverride,
         on_change=seen.changed,
         on_refused=seen.refused,
