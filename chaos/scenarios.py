@@ -826,14 +826,9 @@ async def moderation_loop(ctx: Context, res: ScenarioResult) -> None:
             c = st.spawn("c", env)  # restarted at once, as a supervisor would
             held_at_kill, sent_at_kill = len(reviewer.held), len(reviewer.sent)
 
-            def ended(ledger: Ledger) -> bool:
-                reviewer.check()
-                return len(reviewer.held) >= ledger.actions["review"] and all(
-                    mid in ledger.final_kinds for mid in reviewer.held
-                )
-
             # Every held message ended: the last one's timeout, a sweep, and a lease the
             # killed instance may have left on a timeout it had claimed.
+            ended = functools.partial(_every_held_ended, reviewer)
             await _traffic_and_finish(st, res, load, fault_ms, settled=ended,
                                       settle_s=timeout_s + LOOP_LEASE_S + 30)  # fmt: skip
             lg = st.obs.ledger
@@ -872,6 +867,15 @@ async def moderation_loop(ctx: Context, res: ScenarioResult) -> None:
 def _ids(message_ids: list[str]) -> str:
     """`: [the first few]`, or nothing for none."""
     return f": {message_ids[:5]}" if message_ids else ""
+
+
+def _every_held_ended(reviewer: Reviewer, ledger: Ledger) -> bool:
+    """Every message the ledger saw held has reached the reviewer, and each has its final
+    decision (a verdict applied, or its timeout's fallback)."""
+    reviewer.check()
+    return len(reviewer.held) >= ledger.actions["review"] and all(
+        mid in ledger.final_kinds for mid in reviewer.held
+    )
 
 
 def _loop_figures(
@@ -984,12 +988,7 @@ async def redis_restart_held(ctx: Context, res: ScenarioResult) -> None:
                     (mid, LOOP_VERDICTS[i % len(LOOP_VERDICTS)])
                     for i, mid in enumerate(waiting[::2])])  # fmt: skip
 
-                def ended(ledger: Ledger) -> bool:
-                    reviewer.check()
-                    return len(reviewer.held) >= ledger.actions["review"] and all(
-                        mid in ledger.final_kinds for mid in reviewer.held
-                    )
-
+                ended = functools.partial(_every_held_ended, reviewer)
                 await _traffic_and_finish(st, res, load, kill_ms, settled=ended,
                                           settle_s=timeout_s + LOOP_LEASE_S + 30)  # fmt: skip
                 lg = st.obs.ledger
