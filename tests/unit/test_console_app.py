@@ -21,41 +21,12 @@ from console.commands import register
 from console.config import ConsoleSettings
 from console.csrf import csrf_ok
 from console.feed import Feed
-from console.records import Verdict, now_ms, parse_review
+from console.records import now_ms, parse_review
 from moderator.config import Settings, settings_from_args
 from moderator.errors import ConfigError
+from tests.console_fakes import TOKENS, TopicFeed, logged_in
 from tests.oidc import AUDIENCE, ISSUER, Provider, bearer
 from tests.waiting import eventually_blocking
-
-TOKENS = "alice:alice-token-1,bob:bob-token-22"
-
-
-class TopicFeed(Feed):
-    """Sends verdicts nowhere but the board (`echo`: as if read back from the verdict topic)."""
-
-    def __init__(self, board: Board, *, echo: bool = True) -> None:
-        super().__init__(
-            board,
-            {},
-            review_topic="r",
-            verdict_topic="v",
-            decision_topic="d",
-            max_record_bytes=4096,
-        )
-        self.sent: list[Verdict] = []
-        self.echo = echo
-
-    async def start(self) -> None:
-        pass  # no broker to follow
-
-    async def stop(self) -> None:
-        pass
-
-    async def send(self, verdict: Verdict, timeout_s: float) -> bool:
-        self.sent.append(verdict)
-        if self.echo:
-            self.board.add_verdict(verdict)
-        return True
 
 
 @pytest.fixture
@@ -79,17 +50,6 @@ def two(board: Board, feed: Feed | None = None, **settings: Any) -> tuple[TestCl
         console, board, feed or TopicFeed(board), Claims("", 60, verdict_topic="chat.verdicts")
     )
     return TestClient(served), TestClient(served)
-
-
-def logged_in(client: TestClient, token: str) -> str:
-    """Log `client` in; its CSRF token."""
-    csrf = client.get("/api/session").json()["csrf"]
-    reply = client.post("/login", data={"token": token, "csrf": csrf}, follow_redirects=False)
-    assert reply.status_code == 303
-    assert reply.headers["location"] == "/"
-    session = client.get("/api/session").json()
-    assert session["moderator_id"]
-    return str(session["csrf"])
 
 
 def act(client: TestClient, csrf: str, path: str, **body: Any) -> Any:

@@ -18,36 +18,10 @@ from console.feed import Feed
 from console.overrides import MAX_EXPIRY_S, OverrideDesk, Refused, verdict_scope
 from console.records import Verdict, now_ms, parse_review
 from moderator.review.overrides import from_verdict, wall_ms
+from tests.console_fakes import TOKENS, TopicFeed, logged_in
 
-TOKENS = "alice:alice-token-1,bob:bob-token-22"
 GLOBAL = frozenset({"alice"})
 TEXT = "who wants potato salad"
-
-
-class EchoFeed(Feed):
-    """No broker: a verdict goes straight back to the board, as read from its topic."""
-
-    def __init__(self, board: Board) -> None:
-        super().__init__(
-            board,
-            {},
-            review_topic="r",
-            verdict_topic="v",
-            decision_topic="d",
-            max_record_bytes=4096,
-        )
-        self.sent: list[Verdict] = []
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    async def send(self, verdict: Verdict, timeout_s: float) -> bool:
-        self.sent.append(verdict)
-        self.board.add_verdict(verdict)
-        return True
 
 
 @pytest.mark.parametrize(
@@ -87,12 +61,6 @@ def console(board: Board, feed: Feed) -> tuple[TestClient, OverrideDesk]:
     return TestClient(create_app(settings, board, feed, claims, desk)), desk
 
 
-def login(client: TestClient, token: str) -> str:
-    csrf = client.get("/api/session").json()["csrf"]
-    client.post("/login", data={"token": token, "csrf": csrf}, follow_redirects=False)
-    return str(client.get("/api/session").json()["csrf"])
-
-
 @pytest.fixture
 def board() -> Board:
     board = Board(undo_grace_s=0, overview_minutes=15)
@@ -104,9 +72,9 @@ def board() -> Board:
 def test_a_verdict_posted_without_a_scope_is_sent_for_its_channel_with_its_expiry(
     board: Board,
 ) -> None:
-    feed = EchoFeed(board)
+    feed = TopicFeed(board)
     client, _ = console(board, feed)
-    csrf = login(client, "bob-token-22")
+    csrf = logged_in(client, "bob-token-22")
     refused = client.post("/api/verdict", headers={"X-CSRF-Token": csrf},
                           json={"message_id": "m-1", "verdict": "block", "scope": "global",
                                 "confirm_global": True})  # fmt: skip
@@ -123,7 +91,7 @@ def test_a_verdict_posted_without_a_scope_is_sent_for_its_channel_with_its_expir
 def test_the_list_shows_live_overrides_and_revoking_checks_identity_csrf_and_role(
     board: Board,
 ) -> None:
-    client, desk = console(board, EchoFeed(board))
+    client, desk = console(board, TopicFeed(board))
     at = wall_ms()
     made = [
         from_verdict(TEXT, "c-a", Verdict("m-1", "block", "bob", None, "channel", at)),
@@ -134,7 +102,7 @@ def test_the_list_shows_live_overrides_and_revoking_checks_identity_csrf_and_rol
         assert override is not None
         desk.book.put(override)
     assert client.get("/api/overrides").status_code == 401
-    csrf = login(client, "bob-token-22")
+    csrf = logged_in(client, "bob-token-22")
     shown = client.get("/api/overrides").json()
     assert shown["may_global"] is False
     assert [(o["moderator_id"], o["scope"], o["at_ms"]) for o in shown["overrides"]] == [
@@ -161,5 +129,5 @@ def test_the_list_shows_live_overrides_and_revoking_checks_identity_csrf_and_rol
     assert len(client.get("/api/overrides").json()["overrides"]) == 2
     assert client.get("/api/overrides").json()["overrides"][0]["key"] == everywhere
     alice = TestClient(client.app)
-    login(alice, "alice-token-1")
+    logged_in(alice, "alice-token-1")
     assert alice.get("/api/overrides").json()["may_global"] is True
