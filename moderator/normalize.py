@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import emoji
+
 # Look-alike letters used to dodge filters ("hеllo" with a Cyrillic е), each over the Latin letter
 # it imitates. The one table: deny-term matching folds with it too (moderator/policy/terms.py).
 _LOOKALIKES = (
@@ -62,3 +64,61 @@ def normalize_text(text: str) -> str:
         text = _WORD.sub(_fold_word, text)
     text = REPEATS.sub(r"\1\1", text)
     return _SPACES.sub(" ", text).strip()
+
+
+def name_emoji(text: str) -> str:
+    """`text` with each emoji read as its name in words ("i will 🔪 you" → "i will kitchen knife
+    you"), for a model whose manifest says `"emoji": "names"`.
+
+    A word-piece vocabulary has no piece for most emoji ("🔪", "🤮" become `[UNK]`), so a threat
+    or an insult written with them reads as nothing at all. The names are the Unicode CLDR short
+    names the `emoji` library keeps up to date with each Unicode release; a skin tone stays in the
+    name ("man dark skin tone"), since which person an emoji shows can be what a message attacks.
+    Applied after `normalize_text`, never inside it: the override digest and the score cache of
+    a model that reads emoji as they are must not change.
+    """
+    return name_emoji_with_origins(text)[0]
+
+
+def name_emoji_with_origins(text: str) -> tuple[str, list[int]]:
+    """`name_emoji(text)` and, for each of its characters, the index in `text` it came from (an
+    emoji's name points at the emoji), so a window's span still marks the message's own text."""
+    if text.isascii():
+        return text, list(range(len(text)))
+    out: list[str] = []
+    origins: list[int] = []
+    last = 0
+    for found in emoji.emoji_list(text):
+        start, end = found["match_start"], found["match_end"]
+        out.append(text[last:start])
+        origins += range(last, start)
+        words = f" {_emoji_words(found['emoji'])} "
+        out.append(words)
+        origins += [start] * len(words)
+        last = end
+    if not out:
+        return text, list(range(len(text)))
+    out.append(text[last:])
+    origins += range(last, len(text))
+    return _collapse_spaces("".join(out), origins)
+
+
+def _emoji_words(found: str) -> str:
+    """ "🔪" → "kitchen knife": the CLDR name with its colons, underscores and hyphens as spaces."""
+    name = emoji.demojize(found, delimiters=("", ""))
+    return " ".join(name.replace("_", " ").replace("-", " ").replace(":", " ").split())
+
+
+def _collapse_spaces(text: str, origins: list[int]) -> tuple[str, list[int]]:
+    """Runs of spaces as one, none at either end (as `normalize_text` leaves them)."""
+    chars: list[str] = []
+    kept: list[int] = []
+    for ch, origin in zip(text, origins, strict=True):
+        if ch.isspace() and (not chars or chars[-1] == " "):
+            continue
+        chars.append(" " if ch.isspace() else ch)
+        kept.append(origin)
+    if chars and chars[-1] == " ":
+        chars.pop()
+        kept.pop()
+    return "".join(chars), kept

@@ -20,7 +20,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from moderator.errors import ModelError
-from moderator.normalize import normalize_text
+from moderator.normalize import name_emoji, normalize_text
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,10 @@ TokenIds = npt.NDArray[np.int64]
 Scores = npt.NDArray[np.float32]
 
 ACTIVATIONS = ("sigmoid", "softmax", "none")
+# How a model reads emoji (manifest `emoji`): "" as the tokenizer does (most become `[UNK]`;
+# the models built before emoji were named), "names" as their names in words
+# (`normalize.name_emoji`), the form the build trained on.
+EMOJI_FORMS = ("", "names")
 
 
 class ModelInfo(NamedTuple):
@@ -42,6 +46,7 @@ class ModelInfo(NamedTuple):
     sha256: str
     inputs: tuple[str, ...]
     speed_only: bool
+    emoji: str = ""
 
     @property
     def ident(self) -> str:
@@ -70,6 +75,7 @@ class ModelInfo(NamedTuple):
                 sha256=str(raw["sha256"]),
                 inputs=tuple(raw.get("inputs", ("input_ids", "attention_mask"))),
                 speed_only=bool(raw.get("speed_only", False)),
+                emoji=str(raw.get("emoji", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"{path}: missing or invalid field {exc}") from None
@@ -77,6 +83,8 @@ class ModelInfo(NamedTuple):
             raise ModelError(f"{path}: 'labels' must be a non-empty list of distinct names")
         if info.activation not in ACTIVATIONS:
             raise ModelError(f"{path}: 'activation' must be one of {ACTIVATIONS}")
+        if info.emoji not in EMOJI_FORMS:
+            raise ModelError(f"{path}: 'emoji' must be one of {EMOJI_FORMS}")
         if info.max_length < 2:
             raise ModelError(f"{path}: 'max_length' must be at least 2")
         return info
@@ -145,6 +153,12 @@ class Classifier:
         """Token ids of each text after `normalize_text`, truncated to the model's length."""
         return self.encode_normalized([normalize_text(t) for t in texts])
 
+    def model_text(self, normalized: Sequence[str]) -> Sequence[str]:
+        """Normalised texts in the form this model reads (emoji as names if its manifest says)."""
+        if self.info.emoji == "names":
+            return [name_emoji(t) for t in normalized]
+        return normalized
+
     def encode_normalized(self, normalized: Sequence[str]) -> list[TokenIds]:
         """`encode` of texts normalised already (the pipeline's `text.Text.normalized`).
 
@@ -155,6 +169,7 @@ class Classifier:
         could change them, and only a head that does not (mostly characters the tokenizer
         drops) is read again whole. The ids are the same either way.
         """
+        normalized = self.model_text(normalized)
         limit = self.info.max_length
         cap = limit * HEAD_CHARS_PER_TOKEN
         heads = [_head(t, cap) for t in normalized]

@@ -46,7 +46,12 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from moderator.decide.classifier import HEAD_CHARS_PER_TOKEN, Classifier, Scores, TokenIds
-from moderator.normalize import REPEATS, fold_lookalikes, normalize_text
+from moderator.normalize import (
+    REPEATS,
+    fold_lookalikes,
+    name_emoji_with_origins,
+    normalize_text,
+)
 
 MAX_WINDOWS = 16
 
@@ -131,6 +136,7 @@ class WindowScorer:
         stride: int | None = None,
     ) -> None:
         self.classifier = classifier
+        self._emoji_names = classifier.info.emoji == "names"  # read as Classifier.encode reads
         self.tokenizer = Tokenizer.from_str(classifier.tokenizer.to_str())
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
@@ -187,6 +193,9 @@ class WindowScorer:
 
     def _piece(self, text: str, base: int, normalized: str | None = None) -> _Piece:
         normalized, origins = normalize_with_origins(text, normalized)
+        if self._emoji_names:
+            normalized, inner = name_emoji_with_origins(normalized)
+            origins = [origins[i] for i in inner]
         encoding = self.tokenizer.encode(normalized)
         head, tail = self._specials
         n = len(encoding.ids)

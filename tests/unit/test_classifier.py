@@ -108,6 +108,31 @@ def test_a_tampered_model_is_refused(model_dir: Path, tmp_path: Path) -> None:
         Classifier(copy)
 
 
+def _with_manifest(model_dir: Path, tmp_path: Path, **fields: object) -> Path:
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, **fields}))
+    return copy
+
+
+def test_a_model_that_reads_emoji_names_gets_the_ids_of_the_names(
+    model_dir: Path, tmp_path: Path, classifier: Classifier
+) -> None:
+    assert classifier.info.emoji == "", "the shipped model reads emoji as the tokenizer does"
+    named = Classifier(_with_manifest(model_dir, tmp_path, emoji="names"))
+    [knife] = named.encode(["i will 🔪 you"])
+    [words] = classifier.encode(["i will kitchen knife you"])
+    [raw] = classifier.encode(["i will 🔪 you"])
+    assert knife.tolist() == words.tolist()
+    assert raw.tolist() != words.tolist()
+
+
+def test_an_unknown_emoji_form_is_refused(model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="'emoji' must be one of"):
+        Classifier(_with_manifest(model_dir, tmp_path, emoji="pictures"))
+
+
 def test_the_cache_key_is_the_model_digest_and_a_128_bit_hash_of_the_token_ids() -> None:
     sha = "ab" * 32
     ids = np.asarray([101, 7592, 102], dtype=np.int64)

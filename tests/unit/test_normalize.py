@@ -1,8 +1,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from moderator.normalize import fold_lookalikes, normalize_text
+from moderator.normalize import (
+    fold_lookalikes,
+    name_emoji,
+    name_emoji_with_origins,
+    normalize_text,
+)
 from moderator.policy.terms import words
 
 
@@ -41,3 +48,44 @@ def test_deny_terms_fold_the_lookalikes_the_model_input_folds() -> None:
         folded = normalize_text(f"x{ch}")
         assert folded != f"x{ch}", ch
         assert words(f"x{ch}")[0].letters == folded, ch
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("i will 🔪 you", "i will kitchen knife you"),
+        ("🐀 make me 🤢", "rat make me nauseated face"),
+        ("some 👨🏿 here", "some man dark skin tone here"),  # whom it shows counts
+        ("gg😂😂", "gg face with tears of joy face with tears of joy"),
+        ("❤️ you", "red heart you"),  # with its variation selector
+        ("no emoji here", "no emoji here"),
+        ("Привет всем", "Привет всем"),  # other scripts untouched
+    ],
+)
+def test_emoji_are_read_as_their_names(text: str, named: str) -> None:
+    assert name_emoji(normalize_text(text)) == named
+
+
+def test_naming_emoji_is_not_part_of_normalisation() -> None:
+    # The override digest and the cache keys of models that read emoji as they are hang on it.
+    assert normalize_text("i will 🔪 you") == "i will 🔪 you"
+
+
+def test_an_emoji_s_name_comes_from_the_emoji() -> None:
+    text = "so 🔪 you"
+    named, origins = name_emoji_with_origins(text)
+    assert named == "so kitchen knife you"
+    assert [text[o] for o in origins[: len("so ")]] == list("so ")
+    assert {text[o] for o in origins[len("so ") : len("so kitchen knife")]} == {"🔪"}
+    assert text[origins[named.index("you")]] == "y"
+
+
+@given(st.text(st.characters(codec="utf-8"), max_size=60))
+def test_named_origins_point_into_the_text_in_order(text: str) -> None:
+    text = normalize_text(text)
+    named, origins = name_emoji_with_origins(text)
+    assert named == name_emoji(text)
+    assert len(origins) == len(named)
+    assert origins == sorted(origins)
+    assert all(0 <= o < len(text) for o in origins)
+    assert named == " ".join(named.split())

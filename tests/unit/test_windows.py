@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -174,6 +178,22 @@ def test_origins_see_through_width_ligatures_marks_and_lookalikes() -> None:
     assert text[origins[normalized.index("fi")]] == "ﬁ"
     assert text[origins[normalized.index("idiot") + 3]] == "о"
     assert origins[normalized.index("é")] == text.index("e\u0301")
+
+
+def test_windows_of_a_model_that_reads_emoji_names_mark_the_emoji(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "emoji": "names"}))
+    named = Classifier(copy)
+    scorer = WindowScorer(named)
+    [alone] = scorer.windows("i will 🔪 you").ids
+    assert alone.tolist() == named.encode(["i will 🔪 you"])[0].tolist()
+    ids = np.concatenate(scorer.windows("gg all " * 60 + "i will 🔪 you").ids).tolist()
+    knife = named.encode(["kitchen knife"])[0].tolist()[1:-1]
+    assert any(ids[i : i + len(knife)] == knife for i in range(len(ids)))
 
 
 def test_a_long_text_without_spaces_between_lines_is_read_at_both_ends(
