@@ -63,6 +63,8 @@ class Labelled:
     columns: tuple[str, ...]
     description: str
     provenance: str
+    # Where the licence file is read when not from `repo` itself: (repository, commit).
+    licence_repo: tuple[str, str] | None = None
 
     @property
     def tsv(self) -> str:
@@ -167,8 +169,85 @@ STORMFRONT = Labelled(
     " Supremacy Forum', 2nd Workshop on Abusive Language Online (ALW2), 2018",
 )
 
+HATEMOJI = Labelled(
+    name="hatemoji",
+    repo="HannahKirk/Hatemoji",
+    commit="a626f63216158748d072e581efc00267031f4404",
+    paths=(
+        "HatemojiBuild/train.csv",
+        "HatemojiBuild/validation.csv",
+        "HatemojiBuild/test.csv",
+    ),
+    licence_path="LICENSE",
+    licence="CC-BY-4.0 (repository LICENSE)",
+    sha256="0bc27e0b0bcdd73814d746d2c9f5a114cd31e8712ca174b9b56ad191e997df3e",
+    licence_sha256="9ba9550ad48438d0836ddab3da480b3b69ffa0aac7b7878b5a0039e7ab429411",
+    rows=5_878,
+    columns=("text", "label", "type", "target", "pair", "set"),
+    description="HatemojiBuild: adversarial, human-written hateful and not-hateful posts, most"
+    " written with emoji, each original matched with a perturbation that flips its label by"
+    " changing the stance or the target (pair: the smallest entry id of a post's chain of"
+    " matches, so an original and its perturbations share it); type: derogation, animosity,"
+    " dehumanizing or threatening language, or none; whitespace collapsed, de-duplicated (a"
+    " text given both labels is dropped)",
+    provenance="Kirk, Vidgen, Röttger, Thrush and Hale, 'Hatemoji: A Test Suite and"
+    " Adversarially-Generated Dataset for Benchmarking and Detecting Emoji-Based Hate',"
+    " NAACL 2022 (three rounds of annotators writing to fool a model in the loop)",
+)
+HATEXPLAIN = Labelled(
+    name="hatexplain",
+    repo="TharinduDR/GeneralOffense",
+    commit="ce61484227a11b94917aecb71110afd048169fbc",
+    paths=(
+        "data/HateXplain/original_data/hatexplain_train.csv",
+        "data/HateXplain/original_data/hatexplain_test.csv",
+    ),
+    licence_path="LICENSE",
+    licence_repo=("hate-alert/HateXplain", "01d742279dac941981f53806154481c0e15ee686"),
+    licence="MIT (upstream hate-alert/HateXplain LICENSE, Copyright (c) 2020 Punyajoy Saha;"
+    " the copy's repository states no licence of its own); the posts are Twitter and Gab"
+    " users' own",
+    sha256="91c6a8c688a6138f3ee634f7fe1f1cc1263ba94674772964d80f5536549978ca",
+    licence_sha256="56fc351d0e8ebf939208f88cdb27e00833148b957b347a069f38ee88e5fc8db6",
+    rows=15_331,
+    columns=("text", "label"),
+    description="Twitter and Gab posts with the majority label of three annotators:"
+    " hatespeech, offensive or normal, as word tokens (lower-cased, users as <user>); the"
+    " tokens are joined with spaces and the <user>, <url> and <number> placeholders dropped;"
+    " de-duplicated (a text given two labels is dropped). Read from a copy, as upstream's"
+    " dataset.json is absent from its snapshot: the copy's 11,535 + 3,844 posts (4,732 / 4,386"
+    " / 6,261 hatespeech / offensive / normal together) are upstream's train division (15,383"
+    " posts in post_id_divisions.json), re-split; upstream's own validation and test posts are"
+    " not in it",
+    provenance="Mathew, Saha, Yimam, Biemann, Goyal and Mukherjee, 'HateXplain: A Benchmark"
+    " Dataset for Explainable Hate Speech Detection', AAAI 2021 (hate-alert/HateXplain),"
+    " through the copy in TharinduDR/GeneralOffense",
+)
+SBIC = Labelled(
+    name="sbic",
+    repo="Master-Project-Hate-Speech/STITCHeD",
+    commit="d6649f167e52a4aa116427dfa7fc27fe627bf415",
+    paths=("data/SBFv2.dev.csv",),
+    licence_path="LICENSE",
+    licence="CC-BY-4.0 (the Social Bias Frames dataset card); the copy's repository is"
+    " Apache-2.0 (its LICENSE, kept beside the TSV); the posts are their authors' own",
+    sha256="613d82e2e565a2da554b2f84e58cac0301cdcb6bce0816e20f072530473fb6d2",
+    licence_sha256="c71d239df91726fc519c6eb72d318ec65820627232b2f796219e87dcf35d0ab4",
+    rows=4_673,
+    columns=("text", "offensive", "group", "targets", "annotators"),
+    description="The development split of the Social Bias Frames corpus: Reddit, Twitter and"
+    " hate-site posts, each rated by about three annotators; per post, the share who called it"
+    " offensive, the share who said it targets a group (of those who called it offensive), and"
+    " the groups they named; whitespace collapsed, de-duplicated",
+    provenance="Sap, Gabriel, Qin, Jurafsky, Smith and Choi, 'Social Bias Frames: Reasoning"
+    " about Social and Power Implications of Language', ACL 2020, through the copy in"
+    " Master-Project-Hate-Speech/STITCHeD (its dev file; the train and test files are absent"
+    " from the snapshot)",
+)
+
 SOURCES: dict[str, Labelled] = {
-    s.name: s for s in (DAVIDSON, TOXIGEN, ETHOS, OPENAI_MODERATION, STORMFRONT)
+    s.name: s
+    for s in (DAVIDSON, TOXIGEN, ETHOS, OPENAI_MODERATION, STORMFRONT, HATEMOJI, HATEXPLAIN, SBIC)
 }
 
 
@@ -293,6 +372,31 @@ def ethos(directory: Path | None = None) -> list[tuple[str, float, float | None]
     return [
         (row["text"], float(row["is_hate"]), float(row["violence"]) if row["violence"] else None)
         for row in read_rows(ETHOS, directory)
+    ]
+
+
+def hatemoji(directory: Path | None = None) -> list[tuple[str, str, str, str, str]]:
+    """(post, hate / not_hate, type of hate or none, targets, pair name)."""
+    return [
+        (row["text"], row["label"], row["type"], row["target"], row["pair"])
+        for row in read_rows(HATEMOJI, directory)
+    ]
+
+
+def hatexplain(directory: Path | None = None) -> list[tuple[str, str]]:
+    """(post, hatespeech / offensive / normal)."""
+    return [(row["text"], row["label"]) for row in read_rows(HATEXPLAIN, directory)]
+
+
+def sbic(directory: Path | None = None) -> list[tuple[str, float | None, float | None, str]]:
+    """(post, share calling it offensive, share saying it targets a group, groups named)."""
+
+    def share(cell: str) -> float | None:
+        return float(cell) if cell else None
+
+    return [
+        (row["text"], share(row["offensive"]), share(row["group"]), row["targets"])
+        for row in read_rows(SBIC, directory)
     ]
 
 
@@ -456,6 +560,104 @@ def prepare_stormfront(show: Show) -> list[list[str]]:
     return out
 
 
+def _pairs(rows: Sequence[dict[str, str]]) -> dict[str, str]:
+    """Entry id -> the smallest entry id of its chain of matches (`matched_id`), so an original
+    and every perturbation of it share one pair name (a union-find over the matches)."""
+    parent = {row["entry_id"]: row["entry_id"] for row in rows}
+
+    def root(node: str) -> str:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for row in rows:
+        match = row["matched_id"]
+        if match in parent:
+            a, b = sorted((root(row["entry_id"]), root(match)), key=int)
+            parent[b] = a
+    return {entry: root(entry) for entry in parent}
+
+
+def _without_conflicts(rows: list[list[str]], label_at: int = 1) -> list[list[str]]:
+    """Rows de-duplicated by normalised text (first kept); a text with two labels is dropped."""
+    labels: dict[str, set[str]] = {}
+    for row in rows:
+        labels.setdefault(_key(row[0]), set()).add(row[label_at])
+    seen: set[str] = set()
+    out = []
+    for row in rows:
+        key = _key(row[0])
+        if len(key) < 3 or key in seen or len(labels[key]) > 1:
+            continue
+        seen.add(key)
+        out.append(row)
+    return out
+
+
+def prepare_hatemoji(show: Show) -> list[list[str]]:
+    """Rows of hatemoji.tsv from HatemojiBuild's three files, pairs named across them."""
+    rows = [
+        row
+        for path in HATEMOJI.paths
+        for row in csv.DictReader(io.StringIO(show(path).decode("utf-8")))
+    ]
+    pair = _pairs(rows)
+    out = []
+    for row in rows:
+        label = "hate" if row["label_gold"] == "1" else "not_hate"
+        target = ",".join(t.strip(" '") for t in row["target"].strip("[]").split(","))
+        out.append(
+            [_collapse(row["text"]), label, row["type"], target, pair[row["entry_id"]], row["set"]]
+        )
+    return _without_conflicts(out)
+
+
+_PLACEHOLDER = re.compile(r"<(?:user|url|number)>")
+
+
+def prepare_hatexplain(show: Show) -> list[list[str]]:
+    """Rows of hatexplain.tsv: the copy's train and test posts, tokens joined back to text."""
+    out = []
+    for path in HATEXPLAIN.paths:
+        for row in csv.DictReader(io.StringIO(show(path).decode("utf-8"))):
+            text = _collapse(_PLACEHOLDER.sub(" ", " ".join(_tokens(row["post_tokens"]))))
+            out.append([text, row["post_label"]])
+    return _without_conflicts(out)
+
+
+def _tokens(cell: str) -> list[str]:
+    """A Python list literal of strings, as the copy's CSV writes them."""
+    import ast
+
+    value = ast.literal_eval(cell)
+    if not isinstance(value, list):
+        raise ValueError(f"not a token list: {cell[:60]!r}")
+    return [str(v) for v in value]
+
+
+def prepare_sbic(show: Show) -> list[list[str]]:
+    """Rows of sbic.tsv: one per post, the annotators' answers averaged."""
+    posts: dict[str, list[dict[str, str]]] = {}
+    for row in csv.DictReader(io.StringIO(show(SBIC.paths[0]).decode("utf-8"))):
+        posts.setdefault(_collapse(row["post"]), []).append(row)
+    out = []
+    for text, rows in posts.items():
+        offensive = [float(r["offensiveYN"]) for r in rows if r["offensiveYN"]]
+        group = [float(r["whoTarget"]) for r in rows if r["whoTarget"]]
+        targets = sorted({r["targetMinority"].strip() for r in rows if r["targetMinority"]})
+        out.append(
+            [
+                text,
+                f"{sum(offensive) / len(offensive):.4g}" if offensive else "",
+                f"{sum(group) / len(group):.4g}" if group else "",
+                ";".join(t.replace("\t", " ") for t in targets),
+                str(len(rows)),
+            ]
+        )
+    return _without_conflicts(out, label_at=1)
+
+
 def _git_tree(git_dir: Path, commit: str, folder: str) -> Show:
     """Every file under `folder` at `commit`, read at once (`git archive`): thousands of small
     files would otherwise cost a process each."""
@@ -500,10 +702,16 @@ def _git_files(git_dir: Path, commit: str, patterns: Sequence[str]) -> list[str]
     return [p for p in done.stdout.splitlines() if any(fnmatch.fnmatch(p, g) for g in patterns)]
 
 
-def prepare(name: str, git_dir: Path, out: Path) -> Path:
-    """Write `<out>/<name>/<name>.tsv` and its LICENSE from a snapshot's git directory."""
+def prepare(name: str, git_dir: Path, out: Path, licence_dir: Path | None = None) -> Path:
+    """Write `<out>/<name>/<name>.tsv` and its LICENSE from a snapshot's git directory (the
+    licence from `licence_dir`, the snapshot of `licence_repo`, for a source that has one)."""
     source = SOURCES[name]
     show = _git_show(git_dir, source.commit)
+    licence = show
+    if source.licence_repo is not None:
+        if licence_dir is None:
+            raise ValueError(f"{name}: its licence is in {source.licence_repo[0]}: NAME=DIR,DIR")
+        licence = _git_show(licence_dir, source.licence_repo[1])
     if name == "davidson":
         rows = prepare_davidson(show)
     elif name == "toxigen":
@@ -512,12 +720,18 @@ def prepare(name: str, git_dir: Path, out: Path) -> Path:
         rows = prepare_ethos(show)
     elif name == "stormfront":
         rows = prepare_stormfront(_git_tree(git_dir, source.commit, "all_files"))
+    elif name == "hatemoji":
+        rows = prepare_hatemoji(show)
+    elif name == "hatexplain":
+        rows = prepare_hatexplain(show)
+    elif name == "sbic":
+        rows = prepare_sbic(show)
     else:
         rows = prepare_openai_moderation(show)
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / source.tsv).write_text(write_tsv(rows, source.columns), encoding="utf-8")
-    (folder / LICENCE_FILE).write_bytes(show(source.licence_path))
+    (folder / LICENCE_FILE).write_bytes(licence(source.licence_path))
     return folder
 
 
@@ -525,13 +739,19 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m models.sources.labelled", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="clean the datasets out of repository snapshots")
-    prep.add_argument("snapshots", nargs="+", help="NAME=GIT_DIR, NAME among " + ", ".join(SOURCES))
+    prep.add_argument(
+        "snapshots",
+        nargs="+",
+        help="NAME=GIT_DIR (NAME=GIT_DIR,LICENCE_GIT_DIR for hatexplain), NAME among "
+        + ", ".join(SOURCES),
+    )
     prep.add_argument("--out", type=Path, default=None, help="default: data_dir()")
     args = parser.parse_args(argv)
     out = args.out or data_dir()
     for item in args.snapshots:
-        name, _, git_dir = item.partition("=")
-        folder = prepare(name, Path(git_dir), out)
+        name, _, dirs = item.partition("=")
+        git_dir, _, licence_dir = dirs.partition(",")
+        folder = prepare(name, Path(git_dir), out, Path(licence_dir) if licence_dir else None)
         for path in sorted(folder.iterdir()):
             print(f"{path}  {_sha256(path.read_bytes())}")
     return 0

@@ -102,6 +102,55 @@ def test_stormfront_keeps_hate_and_nohate_sentences_only() -> None:
     assert rows == [["Hello everyone .", "noHate", "0"], ["They are a plague .", "hate", "2"]]
 
 
+def test_hatemoji_pairs_join_an_original_with_every_perturbation_across_files() -> None:
+    head = (
+        "entry_id,text,type,target,round.base,round.set,set,split,label_gold,"
+        "matched_text,matched_id\n"
+    )
+    files = {
+        "HatemojiBuild/train.csv": head
+        + "4,i hate 🐀,derogation,['bla'],5,5a,original,train,1,,5\n"
+        + "5,i love 🐀,none,['none'],5,5a,perturbation,train,0,,7\n"
+        + "9,same  text,none,['none'],5,5a,original,train,0,,\n",
+        "HatemojiBuild/validation.csv": head
+        + "7,i love 👨🏿,none,['none'],5,5a,perturbation,dev,0,,4\n"
+        + "8,same text,derogation,\"['bla', 'wom']\",5,5a,original,dev,1,,\n",
+        "HatemojiBuild/test.csv": head,
+    }
+    rows = labelled.prepare_hatemoji(_shower(files))
+    assert rows == [
+        ["i hate 🐀", "hate", "derogation", "bla", "4", "original"],
+        ["i love 🐀", "not_hate", "none", "none", "4", "perturbation"],
+        ["i love 👨🏿", "not_hate", "none", "none", "4", "perturbation"],
+    ]  # "same text" had both labels: dropped
+
+
+def test_hatexplain_tokens_are_joined_without_placeholders() -> None:
+    head = "post_tokens,toxic_tokens,post_label\n"
+    files = {
+        labelled.HATEXPLAIN.paths[0]: head
+        + "\"['<user>', 'they', 'are', '<number>', 'rats']\",\"[0]\",hatespeech\n",
+        labelled.HATEXPLAIN.paths[1]: head + "\"['good', 'game']\",\"[0]\",normal\n",
+    }
+    rows = labelled.prepare_hatexplain(_shower(files))
+    assert rows == [["they are rats", "hatespeech"], ["good game", "normal"]]
+
+
+def test_sbic_posts_average_their_annotators() -> None:
+    cols = "offensiveYN,whoTarget,targetMinority,post\n"
+    files = {
+        labelled.SBIC.paths[0]: cols
+        + "1.0,1.0,women,They  belong in the kitchen\n"
+        + "0.5,0.0,,They  belong in the kitchen\n"
+        + "0.0,,,nice weather\n"
+    }
+    rows = labelled.prepare_sbic(_shower(files))
+    assert rows == [
+        ["They belong in the kitchen", "0.75", "0.5", "women", "2"],
+        ["nice weather", "0", "", "", "1"],
+    ]
+
+
 def test_tsv_round_trips_and_refuses_tabs() -> None:
     cols = ("text", "label")
     rows = [["say \"hi\" 'there'", "hate"], ["plain", "neutral"]]
@@ -253,8 +302,8 @@ def test_training_keeps_eval_only_sources_out_and_caps_offensive_tweets(
 def test_the_committed_or_shared_files_match_their_pins() -> None:
     """On the real files: counts, no duplicates, one split per line, a licence beside each."""
     folder = labelled.data_dir()
-    if not all((folder / name / s.tsv).is_file() for name, s in labelled.SOURCES.items()):
-        pytest.skip(f"no labelled data in {folder} (models/DATA.md, models/sources/labelled.py)")
+    missing = [n for n, s in labelled.SOURCES.items() if not (folder / n / s.tsv).is_file()]
+    assert not missing, f"{missing} not in {folder}: they are committed in models/data/labelled"
     for name, source in labelled.SOURCES.items():
         rows = labelled.read_rows(source)  # checks both sha256s
         assert len(rows) == source.rows
