@@ -149,7 +149,7 @@ def labelled_figures(lines: Sequence[Line], v: Verdicts) -> dict[str, dict[str, 
             }
             for fam in sorted(set(family[mine]))
         }
-    labelled = np.isin(src, realdata.LABELLED)
+    labelled = np.isin(src, realdata.FIXED)
     neutral_src, neutral_fam = realdata.GROUP_NEUTRAL
     out["pooled"] = {
         "hateful": _rates(v, labelled & (family == realdata.HATE)),

@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAME = "scores"
+# How the built model reads emoji (manifest `emoji`): as their names, the form training encodes
+# (models.training.train.encode_texts), since HatemojiBuild and most threats written with emoji
+# are [UNK] to the tokenizer otherwise.
+EMOJI = "names"
 OPSET = 17
 MODEL_FILE = "model.onnx"
 FP32_FILE = "model-fp32.onnx"
@@ -206,6 +210,7 @@ def candidate_info(labels: Sequence[str], max_length: int) -> ModelInfo:
         sha256="",
         inputs=INPUT_NAMES,
         speed_only=False,
+        emoji=EMOJI,
     )
 
 
@@ -341,6 +346,7 @@ def write_manifest(
         "source": source,
         "inputs": list(INPUT_NAMES),
         "output": OUTPUT_NAME,
+        "emoji": EMOJI,
         "fp32_model": FP32_FILE,
     }
     if extra:

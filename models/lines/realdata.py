@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models.lines import corpus
+from models.lines import corpus, overlap
 from models.sources import archives, labelled
 from moderator.normalize import normalize_text
 
@@ -90,15 +90,35 @@ PERSPECTIVE = {
     "sexually_explicit": "sexual_explicit",
 }
 BENIGN = ("chat", "sms_ham", "tweets", "movie_dialog", "questions")
-LABELLED = ("davidson", "toxigen", "ethos", "openai_moderation", "stormfront")
+LABELLED = (
+    "davidson",
+    "toxigen",
+    "ethos",
+    "openai_moderation",
+    "stormfront",
+    "hatemoji",
+    "hatexplain",
+    "sbic",
+)
+# The sources that joined for stance (issue 39). The evaluation pools of the five before them
+# stay fixed (`models/data/labelled/test_lines.tsv`), so a line of these that repeats or
+# overlaps evaluation text (`models.lines.overlap`, containment included) is left out of them,
+# never out of the pool it repeats.
+STANCE = ("hatemoji", "hatexplain", "sbic")
+# The pooled figures (hateful caught, the held-out threat set) stay on these, comparable with
+# every earlier report; the stance sources are reported per source, apart.
+FIXED = tuple(name for name in LABELLED if name not in STANCE)
 EVAL_ONLY = ("insults", "ethos", "openai_moderation", "stormfront")
 # The family names the report and the tuner count by, in the labelled sources.
 HATE, THREAT = "hate", "threat"
 GROUP_NEUTRAL = ("toxigen", "neutral")  # neutral statements about groups: held to a flag limit
+# SBIC: offensive and aimed at a group when most annotators said both; not offensive when none
+# did; the middle is left out.
+SBIC_AT = 0.5
 # Train lines kept per (source, family), by the same hash order. Davidson's offensive tweets
 # are not trained on at all: no human label says whom they attack, and distilled, most of them
 # teach that casual rude tweet register is an insult (the docstring above).
-FAMILY_CAPS = {("davidson", "offensive"): 0}
+FAMILY_CAPS = {("davidson", "offensive"): 0, ("hatexplain", "offensive"): 0}
 # Labelled lines the teachers' distillation refines, never below the annotators' target.
 DISTIL_FAMILIES = {("davidson", "hate")}
 # A published test set is judged on, never tuned on: every line is test.
@@ -260,6 +280,52 @@ def _stormfront(rows: Sequence[tuple[str, str, int]]) -> list[Line]:
     return out
 
 
+def _hatemoji(rows: Sequence[tuple[str, str, str, str, str]]) -> list[Line]:
+    """Split by pair: an original and its perturbations (the same frame, the other label) land
+    in one split, so the contrast is learnt on train and judged on unseen frames."""
+    out = []
+    for text, label, kind, _targets, pair in rows:
+        split = split_of(f"hatemoji pair {pair}")
+        if label != HATE:
+            out.append(Line(text, "hatemoji", split, False, "not_hate", _target()))
+            continue
+        threat = kind == "threateninglanguage"
+        scores = {"identity_attack": 1.0, "toxicity": 1.0, "obscene": _obscene(text)}
+        if threat:
+            scores["threat"] = 1.0
+        family = THREAT if threat else HATE
+        out.append(Line(text, "hatemoji", split, True, family, _target(**scores)))
+    return out
+
+
+def _hatexplain(rows: Sequence[tuple[str, str]]) -> list[Line]:
+    """hatespeech -> hate, normal -> benign; offensive kept for the report, never trained on
+    (FAMILY_CAPS): like Davidson's offensive tweets, no label says whom they attack."""
+    out = []
+    for text, label in rows:
+        hot = label == "hatespeech"
+        scores = {"obscene": _obscene(text)}
+        if hot:
+            scores.update(identity_attack=1.0, toxicity=1.0)
+        family = HATE if hot else ("offensive" if label == "offensive" else "normal")
+        out.append(Line(text, "hatexplain", split_of(text), hot, family, _target(**scores)))
+    return out
+
+
+def _sbic(rows: Sequence[tuple[str, float | None, float | None, str]]) -> list[Line]:
+    out = []
+    for text, offensive, group, _targets in rows:
+        if offensive == 0.0:
+            family, scores = "not_offensive", {"obscene": _obscene(text)}
+        elif offensive is not None and offensive >= SBIC_AT and (group or 0.0) >= SBIC_AT:
+            family = HATE
+            scores = {"identity_attack": 1.0, "toxicity": 1.0, "obscene": _obscene(text)}
+        else:
+            continue
+        out.append(Line(text, "sbic", split_of(text), family == HATE, family, _target(**scores)))
+    return out
+
+
 def labelled_lines(directory: Path | None = None) -> list[Line]:
     """The labelled research data (`models.sources.labelled`) as lines with split, family and
     target."""
@@ -269,7 +335,44 @@ def labelled_lines(directory: Path | None = None) -> list[Line]:
         + _ethos(labelled.ethos(directory))
         + _openai_moderation(labelled.openai_moderation(directory))
         + _stormfront(labelled.stormfront(directory))
+        + _hatemoji(labelled.hatemoji(directory))
+        + _hatexplain(labelled.hatexplain(directory))
+        + _sbic(labelled.sbic(directory))
     )
+
+
+def decontaminate(lines: Sequence[Line], labelled_dir: Path | None = None) -> list[Line]:
+    """`lines` without the stance sources' lines that repeat or overlap evaluation text: every
+    line of an evaluation-only source, the dev and test lines of the others, and the public
+    suites' cases (the committed `suite_overlap.tsv`). What each rule removed is in `REMOVED`."""
+    folder = labelled_dir or labelled.data_dir()
+    suites = {
+        (row[0], row[1]): row[2]
+        for row in (
+            ln.split("\t") for ln in (folder / overlap.SUITE_OVERLAP).read_text().splitlines()[1:]
+        )
+    }
+    judged = overlap.Overlap(
+        ln.text
+        for ln in lines
+        if ln.source not in STANCE and (ln.source in EVAL_ONLY or ln.split != "train")
+    )
+    kept = []
+    for line in lines:
+        if line.source in STANCE:
+            suite = suites.get((line.source, overlap.line_id(line.source, line.text)))
+            if suite is not None:
+                REMOVED[(line.source, suite)] += 1
+                continue
+            if judged.hits(line.text):
+                REMOVED[(line.source, "evaluation lines")] += 1
+                continue
+        kept.append(line)
+    return kept
+
+
+# (stance source, what it overlapped) -> lines `decontaminate` left out, for DATA.md
+REMOVED: Counter[tuple[str, str]] = Counter()
 
 
 def _texts(loader: Callable[[Path], Sequence[object]], cache: Path) -> list[str]:
@@ -309,7 +412,7 @@ def _load(cache: Path, all_train: bool, labelled_dir: Path) -> tuple[Line, ...]:
         lines += pool
     lines += _rtp(archives.rtp_scored(cache))
     lines += _insults(archives.insults(cache))
-    lines += labelled_lines(labelled_dir)
+    lines += decontaminate(labelled_lines(labelled_dir), labelled_dir)
     # Eval-only sources split with other shares, so a text they share with a trained source
     # could be trained on there and judged here: such lines are left out of them.
     trained = {

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from models.lines import corpus
 from models.training.metrics import f1_counts
-from moderator.normalize import normalize_text
+from moderator.normalize import name_emoji, normalize_text
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +125,16 @@ def build_module(n_labels: int) -> Any:
 
 
 def encode_texts(texts: Sequence[str], max_length: int = MAX_LENGTH) -> list[list[int]]:
-    """Normalise then tokenize (truncation, no padding), as the runtime does."""
+    """Normalise, name the emoji, then tokenize (truncation, no padding), as the runtime does
+    for a model whose manifest says `"emoji": "names"` (EMOJI, which the export writes)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tokenizer_path()))
     tok.enable_truncation(max_length)
     tok.no_padding()
-    return [enc.ids for enc in tok.encode_batch([normalize_text(t) for t in texts])]
+    return [
+        enc.ids for enc in tok.encode_batch([name_emoji(normalize_text(t)) for t in texts])
+    ]
 
 
 def _batches(

@@ -310,7 +310,15 @@ def test_the_tools_wheel_holds_the_dev_tools_and_their_data(wheels: dict[str, Wh
     checkout = {
         path.relative_to(REPO).as_posix()
         for package in TOOLS
-        for pattern in ("*.py", "data/*.*", "data/*/*/*", "corpus/*", "static/*", "py.typed")
+        for pattern in (
+            "*.py",
+            "data/*.*",
+            "data/*/*.*",
+            "data/*/*/*",
+            "corpus/*",
+            "static/*",
+            "py.typed",
+        )
         for path in (REPO / package).glob(pattern)
     }
     assert any(name.startswith("models/data/") for name in checkout)  # the training data

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from models.evaluation import realeval
-from models.lines import corpus, realdata
+from models.lines import corpus, overlap, realdata
 from models.sources import labelled
 from moderator.normalize import normalize_text
 
@@ -192,6 +192,23 @@ FIXTURE = {
         ["they are a plague on this land", "hate", "0"],
         ["welcome to the forum", "noHate", "0"],
     ],
+    "hatemoji": [
+        ["i want to 🔪 all of them", "hate", "threateninglanguage", "wom", "1", "original"],
+        ["i want to 🎂 all of them", "not_hate", "none", "none", "1", "perturbation"],
+        ["they are 🐀", "hate", "derogation", "jew", "3", "original"],
+    ],
+    "hatexplain": [
+        ["they are all animals", "hatespeech"],
+        ["shut up you idiot", "offensive"],
+        ["nice weather today", "normal"],
+        # an evaluation line quoted inside a longer post: left out by decontaminate
+        ["lol welcome to the forum my friend", "normal"],
+    ],
+    "sbic": [
+        ["women belong in the kitchen", "1", "1", "women", "3"],
+        ["i had a long day at work", "0", "", "", "3"],
+        ["that joke was kind of rude", "0.3333", "0", "", "3"],
+    ],
 }
 
 
@@ -272,6 +289,37 @@ def test_labelled_lines_get_families_gold_and_targets(fixture_dir: Path) -> None
     assert len({ln.split for ln in same}) == 1
 
 
+def test_stance_sources_get_families_targets_and_pair_splits(fixture_dir: Path) -> None:
+    (fixture_dir / overlap.SUITE_OVERLAP).write_text(
+        "source\tid\tsuite\n"
+        f"hatemoji\t{overlap.line_id('hatemoji', 'they are 🐀')}\thatemojicheck\n"
+    )
+    realdata.REMOVED.clear()
+    lines = {ln.text: ln for ln in realdata.decontaminate(lines_all(fixture_dir), fixture_dir)}
+    ia, thr = LABELS.index("identity_attack"), LABELS.index("threat")
+    knife, cake = lines["i want to 🔪 all of them"], lines["i want to 🎂 all of them"]
+    assert (knife.family, knife.toxic, knife.target[thr], knife.target[ia]) == (
+        "threat",
+        True,
+        1.0,
+        1.0,
+    )
+    assert (cake.family, cake.toxic, max(cake.target)) == ("not_hate", False, 0.0)
+    assert knife.split == cake.split  # one pair, one split
+    assert "they are 🐀" not in lines  # listed in suite_overlap.tsv
+    assert lines["they are all animals"].family == "hate"
+    assert lines["shut up you idiot"].family == "offensive"
+    assert max(lines["nice weather today"].target) == 0.0
+    assert "lol welcome to the forum my friend" not in lines  # holds a Stormfront line
+    assert lines["women belong in the kitchen"].family == "hate"
+    assert lines["i had a long day at work"].family == "not_offensive"
+    assert "that joke was kind of rude" not in lines  # neither offensive by most nor by none
+    assert realdata.REMOVED == {
+        ("hatemoji", "hatemojicheck"): 1,
+        ("hatexplain", "evaluation lines"): 1,
+    }
+
+
 def lines_all(folder: Path) -> list[realdata.Line]:
     return realdata.labelled_lines(folder)
 
@@ -320,7 +368,11 @@ def test_the_committed_or_shared_files_match_their_pins() -> None:
         if ln.split != "train" and ln.source not in realdata.EVAL_ONLY
     )
     assert not any(ln.split == "train" for ln in lines if ln.source in realdata.EVAL_ONLY)
-    test_threats = [ln for ln in lines if ln.family == realdata.THREAT and ln.split == "test"]
+    test_threats = [
+        ln
+        for ln in lines
+        if ln.family == realdata.THREAT and ln.split == "test" and ln.source in realdata.FIXED
+    ]
     assert len(test_threats) >= realeval.THREAT_SET_MIN  # issue 27's held-out threat set
     assert {ln.source for ln in test_threats} == {"ethos", "openai_moderation"}
 
@@ -355,3 +407,63 @@ def test_offensive_tweets_are_not_trained_on() -> None:
     lines += [line("hateful tweet", "hate"), line("plain tweet", "neither")]
     texts = {t for t, _ in realdata.training_lines(lines)}
     assert texts == {"hateful tweet", "plain tweet"}
+
+
+def test_the_evaluation_pools_of_the_first_five_sources_stay_fixed() -> None:
+    """Their test lines are written down (test_lines.tsv); a source added later moves none."""
+    pinned = (labelled.data_dir() / overlap.TEST_LINES).read_text().splitlines()
+    assert pinned[0] == "source\tid"
+    lines = realdata.decontaminate(realdata.labelled_lines())
+    now = {
+        f"{ln.source}\t{overlap.line_id(ln.source, ln.text)}"
+        for ln in lines
+        if ln.split == "test" and ln.source not in realdata.STANCE
+    }
+    assert now == set(pinned[1:])
+    assert len(now) > 15_000
+
+
+def test_the_stance_sources_repeat_no_evaluation_text() -> None:
+    lines = realdata.decontaminate(realdata.labelled_lines())
+    judged = overlap.Overlap(
+        ln.text
+        for ln in lines
+        if ln.source not in realdata.STANCE
+        and (ln.source in realdata.EVAL_ONLY or ln.split != "train")
+    )
+    stance = [ln for ln in lines if ln.source in realdata.STANCE]
+    assert len(stance) > 20_000
+    assert not any(judged.hits(ln.text) for ln in stance)
+    assert realdata.REMOVED[("sbic", "evaluation lines")] > 0  # Stormfront and Davidson inside
+
+
+def test_hatemoji_pairs_share_a_split() -> None:
+    rows = labelled.hatemoji()
+    split_of = {}
+    for line, (_text, _label, _kind, _targets, pair) in zip(
+        realdata._hatemoji(rows), rows, strict=True
+    ):
+        assert split_of.setdefault(pair, line.split) == line.split
+    assert set(split_of.values()) == set(realdata.SPLITS)
+
+
+@pytest.mark.parametrize(
+    ("evaluation", "line", "hit"),
+    [
+        ("They are a plague.", "they are a PLAGUE", True),  # equal after normalising
+        ("you people are all the same", "lol you people are all the same honestly", True),
+        ("good game", "good game everyone", False),  # under MIN_CONTAINED words: equality only
+        ("i think all of them should leave this country now", "leave this country", False),
+        (
+            "i think all of them should leave this country now and never return",
+            "look, all of them should leave this country now and never return ok",
+            True,  # a shared run of RUN words
+        ),
+        ("they should all leave", "i think that they should all leave today", True),
+        ("a post about rats and how we should deal with them", "rats and how we should", True),
+    ],
+)
+def test_overlap_finds_equal_contained_and_quoted_texts(
+    evaluation: str, line: str, hit: bool
+) -> None:
+    assert overlap.Overlap([evaluation]).hits(line) is hit
