@@ -150,11 +150,11 @@ def labelled_figures(lines: Sequence[Line], v: Verdicts) -> dict[str, dict[str, 
             for fam in sorted(set(family[mine]))
         }
     labelled = np.isin(src, realdata.FIXED)
-    neutral_src, neutral_fam = realdata.GROUP_NEUTRAL
+    neutral = np.asarray([(ln.source, ln.family) in realdata.GROUP_NEUTRAL for ln in lines])
     out["pooled"] = {
         "hateful": _rates(v, labelled & (family == realdata.HATE)),
         "threat": _rates(v, labelled & (family == realdata.THREAT)),
-        "group_neutral": _rates(v, (src == neutral_src) & (family == neutral_fam)),
+        "group_neutral": _rates(v, neutral),
     }
     return out
 

@@ -88,10 +88,7 @@ def dev_scores(model_dir: Path) -> tuple[Any, Any, list[str], list[str], Any]:
     toxic = [
         ln for ln in realdata.select(lines, "dev", realdata.TOXIC + realdata.LABELLED) if ln.toxic
     ]
-    neutral_src, neutral_fam = realdata.GROUP_NEUTRAL
-    groups = [
-        ln.text for ln in realdata.select(lines, "dev", (neutral_src,)) if ln.family == neutral_fam
-    ]
+    groups = [ln.text for ln in realdata.group_neutral(lines, "dev")]
     return (
         realtext.batch_scores(model, benign),
         realtext.batch_scores(model, [ln.text for ln in toxic]),

@@ -111,7 +111,9 @@ FIXED = tuple(name for name in LABELLED if name not in STANCE)
 EVAL_ONLY = ("insults", "ethos", "openai_moderation", "stormfront")
 # The family names the report and the tuner count by, in the labelled sources.
 HATE, THREAT = "hate", "threat"
-GROUP_NEUTRAL = ("toxigen", "neutral")  # neutral statements about groups: held to a flag limit
+# Neutral statements about groups, held to their own flag limit: ToxiGen's, and HatemojiBuild's
+# not-hateful posts whose pair's hateful post names a group (the same frame, the stance flipped).
+GROUP_NEUTRAL = frozenset({("toxigen", "neutral"), ("hatemoji", "neutral")})
 # SBIC: offensive and aimed at a group when most annotators said both; not offensive when none
 # did; the middle is left out.
 SBIC_AT = 0.5
@@ -283,11 +285,13 @@ def _stormfront(rows: Sequence[tuple[str, str, int]]) -> list[Line]:
 def _hatemoji(rows: Sequence[tuple[str, str, str, str, str]]) -> list[Line]:
     """Split by pair: an original and its perturbations (the same frame, the other label) land
     in one split, so the contrast is learnt on train and judged on unseen frames."""
+    aimed = {pair for _t, label, _k, targets, pair in rows if label == HATE and targets != "none"}
     out = []
     for text, label, kind, _targets, pair in rows:
         split = split_of(f"hatemoji pair {pair}")
         if label != HATE:
-            out.append(Line(text, "hatemoji", split, False, "not_hate", _target()))
+            family = "neutral" if pair in aimed else "not_hate"
+            out.append(Line(text, "hatemoji", split, False, family, _target()))
             continue
         threat = kind == "threateninglanguage"
         scores = {"identity_attack": 1.0, "toxicity": 1.0, "obscene": _obscene(text)}
@@ -339,6 +343,11 @@ def labelled_lines(directory: Path | None = None) -> list[Line]:
         + _hatexplain(labelled.hatexplain(directory))
         + _sbic(labelled.sbic(directory))
     )
+
+
+def group_neutral(lines: Sequence[Line], split: str) -> list[Line]:
+    """The neutral statements about groups (GROUP_NEUTRAL) of one split."""
+    return [ln for ln in lines if ln.split == split and (ln.source, ln.family) in GROUP_NEUTRAL]
 
 
 def decontaminate(lines: Sequence[Line], labelled_dir: Path | None = None) -> list[Line]:

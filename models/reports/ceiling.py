@@ -62,17 +62,15 @@ def pools(lines: Sequence[Line], trained: Collection[str] = ()) -> dict[str, lis
     test = [ln for ln in lines if ln.split == "test"]
     out: dict[str, list[Line]] = {
         "benign chat-like": [ln for ln in test if ln.source in realdata.CHAT_LIKE and not ln.toxic],
-        "neutral about groups": [
-            ln for ln in test if (ln.source, ln.family) == realdata.GROUP_NEUTRAL
-        ],
+        "neutral about groups": realdata.group_neutral(test, "test"),
     }
     for family in (realdata.HATE, realdata.THREAT):
         for name in realdata.LABELLED:
             mine = [ln for ln in test if ln.source == name and ln.family == family]
             if mine:
                 out[f"{family}: {name}"] = mine
-        out[f"{family}: pooled"] = [
-            ln for ln in test if ln.source in realdata.LABELLED and ln.family == family
+        out[f"{family}: pooled"] = [  # the fixed pools, comparable with earlier builds
+            ln for ln in test if ln.source in realdata.FIXED and ln.family == family
         ]
     for name in realdata.LABELLED:
         if name in realdata.EVAL_ONLY:

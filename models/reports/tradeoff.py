@@ -95,11 +95,7 @@ def _texts() -> tuple[dict[str, list[str]], npt.NDArray[np.float32]]:
         "synthetic": [t for t, _ in held],
         "dev_benign": pick("dev", realdata.CHAT_LIKE, False),
         "dev_toxic": pick("dev", realdata.TOXIC + realdata.LABELLED, True),
-        "dev_groups": [
-            ln.text
-            for ln in realdata.select(lines, "dev", realdata.GROUP_NEUTRAL[:1])
-            if ln.family == realdata.GROUP_NEUTRAL[1]
-        ],
+        "dev_groups": [ln.text for ln in realdata.group_neutral(lines, "dev")],
         "test_benign": pick("test", realdata.CHAT_LIKE, False),
         "test_toxic": pick("test", realdata.TOXIC, True),
         "test_rtp": pick("test", ("rtp_scored",), True),

@@ -132,9 +132,7 @@ def encode_texts(texts: Sequence[str], max_length: int = MAX_LENGTH) -> list[lis
     tok = Tokenizer.from_file(str(tokenizer_path()))
     tok.enable_truncation(max_length)
     tok.no_padding()
-    return [
-        enc.ids for enc in tok.encode_batch([name_emoji(normalize_text(t)) for t in texts])
-    ]
+    return [enc.ids for enc in tok.encode_batch([name_emoji(normalize_text(t)) for t in texts])]
 
 
 def _batches(

@@ -304,7 +304,7 @@ def test_stance_sources_get_families_targets_and_pair_splits(fixture_dir: Path) 
         1.0,
         1.0,
     )
-    assert (cake.family, cake.toxic, max(cake.target)) == ("not_hate", False, 0.0)
+    assert (cake.family, cake.toxic, max(cake.target)) == ("neutral", False, 0.0)  # about women
     assert knife.split == cake.split  # one pair, one split
     assert "they are 🐀" not in lines  # listed in suite_overlap.tsv
     assert lines["they are all animals"].family == "hate"
