@@ -367,6 +367,7 @@ def decontaminate(lines: Sequence[Line], labelled_dir: Path | None = None) -> li
         if ln.source not in STANCE and (ln.source in EVAL_ONLY or ln.split != "train")
     )
     kept = []
+    REMOVED.clear()  # each call counts its own lines (the loaders call it once per cache key)
     for line in lines:
         if line.source in STANCE:
             suite = suites.get((line.source, overlap.line_id(line.source, line.text)))

@@ -29,6 +29,15 @@ USE = {
     "openai_moderation": "test only: a published evaluation set, never trained or tuned on",
     "stormfront": "dev (hate in the recall pool) and test only: never trained on (CC BY-SA;"
     " whether ShareAlike reaches trained weights is left to a decision)",
+    "hatemoji": "train (hate 1, threats also `threat` 1; not hate 0, the flipped half of each"
+    " pair), dev (hate and threats in the recall pool; the not-hateful half of a pair whose"
+    " hateful half names a group, `neutral`, held to the group flag limit), test (reported"
+    " apart); split by pair, never by line",
+    "hatexplain": "train (hatespeech: `identity_attack` and `toxicity` 1; normal: 0;"
+    " offensive: not trained on, like Davidson's), dev (hate in the recall pool), test"
+    " (reported apart)",
+    "sbic": "train (offensive and aimed at a group by most annotators: hate 1; offensive by"
+    " none: 0; the rest left out), dev (hate in the recall pool), test (reported apart)",
 }
 
 WORD_LIST = (
@@ -47,7 +56,13 @@ EVAL_ONLY_SUITES = (
     "- OpenAI's moderation evaluation set (`openai_moderation` above, the test set of Markov et"
     " al. 2023): test split only; it neither trains nor tunes, so its figures in REPORT.md"
     " are held out like HateCheck's would be.",
-    "- The labelled sources' test splits above and the insult comments: report only.",
+    "- HatemojiCheck (Kirk et al. 2022, `HatemojiCheck/` beside HatemojiBuild) and"
+    " Multilingual HateCheck (Röttger et al. 2022, `rewire-online/multilingual-hatecheck`):"
+    " like HateCheck, kept outside the repository, never trained, tuned or picked on.",
+    "- The labelled sources' test splits above and the insult comments: report only. The"
+    " test lines of the five sources read before the stance sources joined are written down"
+    " (`models/data/labelled/test_lines.tsv`, 15,229 lines by source and id) and a unit test"
+    " holds them fixed: a source added later moves none of them.",
     "- `models/CEILING.md`'s linear probe (`python -m models ceiling --probe`) is the one"
     " place besides the tuner's recall pool that learns from ETHOS's and Stormfront's dev lines: a"
     " logistic regression on the"
@@ -98,8 +113,11 @@ DROPPED = (
     " (`IBM/MAX-Toxic-Comment-Classifier` `samples/test_examples.csv`: 101 comments, one"
     " threat), and copies named `threat.csv` in student repositories state no provenance.",
     "- Dynabench's dynamically generated hate (`bvidgen/Dynamically-Generated-Hate-Speech-"
-    "Dataset`) and HateXplain (`hate-alert/HateXplain` `dataset.json`): their data files are"
-    " too large for a snapshot here (absent).",
+    "Dataset`): its data file is too large for a snapshot here (absent), and it states no"
+    " licence. HateXplain's own `dataset.json` is absent too; its posts are read from a copy"
+    " (`hatexplain` above), which holds upstream's train division only.",
+    "- Social Bias Frames' train and test files: absent from the snapshot of the copy; its"
+    " dev file is used (`sbic`).",
     "- `stormfront` for training: its CC BY-SA 3.0 terms require adaptations to be shared"
     " alike; whether weights trained on it are one is not settled here, so like the GPL-3.0"
     " ETHOS comments it judges (dev and test) and never trains.",
@@ -139,8 +157,12 @@ def _labelled_table(
         cells = (
             f"`{name}`",
             f"`{s.repo}` @ `{s.commit[:7]}`",
-            f"`{name}/{s.tsv}` (`{s.sha256[:12]}…`), `{name}/{labelled.LICENCE_FILE}` (the"
-            f" repository's `{s.licence_path}`)",
+            f"`{name}/{s.tsv}` (`{s.sha256[:12]}…`), `{name}/{labelled.LICENCE_FILE}` ("
+            + (
+                f"`{s.licence_path}` of `{s.licence_repo[0]}` @ `{s.licence_repo[1][:7]}`)"
+                if s.licence_repo
+                else f"the repository's `{s.licence_path}`)"
+            ),
             "<br>".join(f"`{p}`" for p in s.paths),
             s.licence,
             per_label,
@@ -312,12 +334,32 @@ def render(
         "",
         *EVAL_ONLY_SUITES,
         "",
+        *_decontamination(),
+        "",
         "## Tried and dropped",
         "",
         *DROPPED,
         "",
     ]
     return "\n".join(out)
+
+
+def _decontamination() -> list[str]:
+    """What `realdata.decontaminate` left out of the stance sources (counted by `load`)."""
+    removed = sorted(realdata.REMOVED.items())
+    listed = "; ".join(f"`{source}` {n:,} ({what})" for (source, what), n in removed) or "none"
+    return [
+        "## Decontamination of the stance sources",
+        "",
+        "A line of HatemojiBuild, HateXplain or SBIC that repeats evaluation text is left out"
+        " of its source (`models/lines/overlap.py`): equal after normalising, either text"
+        " holding the other whole (from 4 words), or a shared run of 8 words. Evaluation text:"
+        " every line of the evaluation-only sources, the dev and test lines of the others, and"
+        " the public suites' cases (found once from their snapshots by `python -m"
+        " models.lines.suites`, committed as line ids in `models/data/labelled/suite_overlap.tsv`)."
+        f" Left out: {listed}. SBIC's posts hold Stormfront sentences and Davidson tweets"
+        " verbatim, which is most of what it lost.",
+    ]
 
 
 def _rows(path: Path) -> int:
