@@ -26,6 +26,7 @@ from moderator.decide.classifier import Classifier, Scores, TokenIds
 from moderator.decide.language import LanguageGate
 from moderator.decide.text import Text
 from moderator.decide.windows import MAX_WINDOWS, Span, WindowScorer, highest
+from moderator.policy.long_text import discounted, windows_raise
 from moderator.policy.rules import ALLOW, EMPTY_TEXT, Policy, Ruling
 
 TRUNCATED_REASON = "truncated"
@@ -132,9 +133,10 @@ def judge(reader: Reader, policy: Policy, screened: Screened, rows: Scores | Non
     if screened.ruling is not None or rows is None:
         assert screened.ruling is not None, "a text the model must score needs its scores"
         return Judged(screened.ruling, {}, whole)
-    scores, best = highest(np.atleast_2d(rows))
+    rows = np.atleast_2d(rows)
+    scores, best = highest(rows)
     named = reader.classifier.as_dict(scores)
-    ruling = policy.decide(named)
+    ruling = policy.decide(discounted(named, windows_raise(policy.spec), len(rows)))
     labels = reader.classifier.labels
     acting = labels.index(ruling.reason) if ruling.reason in labels else int(np.argmax(scores))
     span = screened.spans[int(best[acting])] if len(screened.spans) > 1 else whole

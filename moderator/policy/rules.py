@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from moderator.errors import PolicyError
+from moderator.policy.long_text import windows_raise
 from moderator.policy.review_rules import review_rules
 from moderator.policy.terms import (
     SEVERITIES,
@@ -45,8 +46,7 @@ ALLOW = "allow"  # what a message gets when no threshold is reached
 DEFAULT_ACTIONS = (ALLOW, "nudge", "review", "block")  # in increasing severity
 EMPTY_TEXT_REASON = "empty_text"
 DENY_REASON = "deny"  # reason "deny:<list>:<category>" for a deny-term match
-# A label's severities start at these scores unless the policy's [severity] table or the label's
-# own `thresholds` say otherwise.
+# Where a label's severities start, unless the policy's [severity] or the label's say otherwise.
 DEFAULT_SEVERITY_THRESHOLDS = {"low": 0.5, "medium": 0.75, "high": 0.97}
 LIST_KEYS = ("deny", "allow")  # merged by appending, the rest by replacing
 REVIEW = "review"  # a human should look; a policy without it uses its least severe action
@@ -197,6 +197,7 @@ class Policy:
         if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
             raise PolicyError(f"{source}: 'allow' must be a list of non-empty strings")
         review_rules(data, known, source)  # validated here, read where a message is held
+        windows_raise(data, source)  # validated here, read where a message is judged
         language = data.get("unsupported_language", REVIEW)
         if language not in (REVIEW, *known):
             raise PolicyError(f"{source}: 'unsupported_language' must be one of {', '.join(known)}")
