@@ -32,6 +32,7 @@ from moderator.config import REPO_ROOT, Settings
 from moderator.decide.classifier import Classifier
 from moderator.decide.language import LanguageGate
 from moderator.decide.windows import WindowScorer
+from moderator.policy.long_text import discounted, windows_raise
 from moderator.policy.rules import ALLOW, Policy
 
 CORPUS = REPO_ROOT / "loadgen" / "corpus"
@@ -142,8 +143,9 @@ def probe(model_dir: Path, n_long: int) -> None:
     policy = Policy.load()
     rng = random.Random(SEED)
 
-    def flagged(scores: np.ndarray) -> bool:
-        return policy.decide(classifier.as_dict(scores)).action != ALLOW
+    def flagged(scores: np.ndarray, windows: int = 1) -> bool:
+        named = classifier.as_dict(scores)  # the policy's windows_raise, as the service judges
+        return policy.decide(discounted(named, windows_raise(policy.spec), windows)).action != ALLOW
 
     def alone(texts: Sequence[str]) -> list[bool]:
         return [flagged(s) for i in range(0, len(texts), 64)
@@ -169,7 +171,7 @@ def probe(model_dir: Path, n_long: int) -> None:
             text = f"{pad[:cut]} {line} {pad[cut:]}".strip()
             first += flagged(classifier.score_ids(classifier.encode([text]))[0])
             windows = scorer.windows(text)
-            windowed += flagged(scorer.score_windows(windows).scores)
+            windowed += flagged(scorer.score_windows(windows).scores, len(windows.ids))
             rows += len(windows.ids)
         n = len(hostile)
         print(f"| {where} | {n} | {first / n:.1%} | {windowed / n:.1%} | {rows / n:.1f} |")
@@ -177,7 +179,8 @@ def probe(model_dir: Path, n_long: int) -> None:
     for _ in range(n_long):
         text = joined(benign, LONG_CHARS, rng)
         first += flagged(classifier.score_ids(classifier.encode([text]))[0])
-        windowed += flagged(scorer.score(text).scores)
+        windows = scorer.windows(text)
+        windowed += flagged(scorer.score_windows(windows).scores, len(windows.ids))
     print(
         f"\nLong benign messages ({n_long} of >= {LONG_CHARS:,} characters, the same lines "
         f"joined): flagged {first / n_long:.1%} by the first window, "

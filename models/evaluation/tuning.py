@@ -111,9 +111,16 @@ REVIEW_COMMENT = (
     " moderator/policy/review_rules.py)."
 )
 REVIEW_RULES = 'review_timeout_s = 600\nreview_fallback = "allow"'
+WINDOWS_COMMENT = (
+    "# A message read in n windows has every threshold raised windows_raise x (1 - 1/n) of the\n"
+    "# way to 1, chosen on long dev messages (moderator/policy/long_text.py,"
+    " models/evaluation/long_text.py)."
+)
 
 
-def render_policy(table: dict[str, dict[str, float]], header: str, version: int) -> str:
+def render_policy(
+    table: dict[str, dict[str, float]], header: str, version: int, windows_raise: float = 0.0
+) -> str:
     """TOML for the policy; specific labels first (they win ties), toxicity last."""
     order = (
         "threat",
@@ -125,7 +132,10 @@ def render_policy(table: dict[str, dict[str, float]], header: str, version: int)
         "toxicity",
     )
     lines = [header, 'name = "default"', f"version = {version}"]
-    lines += [LANGUAGE_COMMENT, UNSUPPORTED_LANGUAGE, REVIEW_COMMENT, REVIEW_RULES, ""]
+    lines += [LANGUAGE_COMMENT, UNSUPPORTED_LANGUAGE, REVIEW_COMMENT, REVIEW_RULES]
+    if windows_raise:
+        lines += [WINDOWS_COMMENT, f"windows_raise = {windows_raise:g}"]
+    lines.append("")
     for label in order:
         if label not in table:
             continue
@@ -136,6 +146,15 @@ def render_policy(table: dict[str, dict[str, float]], header: str, version: int)
         lines.append("")
     lines.append('# `obscene` alone never acts: friendly profanity ("holy shit, gg") is allowed.')
     return "\n".join(lines) + "\n"
+
+
+def _windows_raise(path: Path) -> float:
+    """The policy file's `windows_raise` as it stands (0 when unset or no file)."""
+    import tomllib
+
+    from moderator.policy.long_text import windows_raise
+
+    return windows_raise(tomllib.loads(path.read_text())) if path.is_file() else 0.0
 
 
 def read_thresholds(path: Path) -> tuple[int, dict[str, dict[str, float]]]:
@@ -182,6 +201,16 @@ def summary(result: Mapping[str, Any]) -> list[str]:
         f" caught {result['dev_toxic_recall']:.1%}, reviewed {result['dev_toxic_reviewed']:.1%},"
         f" blocked {result['dev_toxic_blocked']:.1%}",
         *grey_lines(result),
+        *(
+            [
+                f"windows_raise {result['windows_raise']:g}: long benign dev messages flagged"
+                f" {result['dev_long_benign_flagged']:.1%} (at most"
+                f" {result['max_long_flag']:.0%}), hostile lines inside them"
+                f" {result['dev_padded_hostile_flagged']:.1%}"
+            ]
+            if "windows_raise" in result
+            else []
+        ),
     ]
 
 
@@ -208,6 +237,11 @@ def tune_within_limits(
 
 def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dict[str, Any]:
     """Tune, write the policy file (version bumped if the thresholds changed), and return why."""
+    import tomllib
+
+    from models.evaluation import long_text
+    from moderator.policy.rules import Policy
+
     benign, toxic, labels, families, groups = dev_scores(model_dir)
     result = tune_within_limits(benign, toxic, labels, groups, families)
     result.update(
@@ -216,10 +250,13 @@ def tune_default_policy(model_dir: Path, policy_file: Path = POLICY_FILE) -> dic
     table = result.pop("table")
     manifest = json.loads((model_dir / onnx_export.MANIFEST_FILE).read_text())
     version, old = read_thresholds(policy_file)
-    if old != table:
-        version += 1
     text = header(result, f"{manifest['name']}@{manifest['version']}")
-    policy_file.write_text(render_policy(table, text, version))
+    tuned = Policy.from_mapping(tomllib.loads(render_policy(table, text, version)))
+    windows = long_text.choose(model_dir, tuned)
+    result.update({k: v for k, v in windows.items() if k != "grid"})
+    if old != table or _windows_raise(policy_file) != windows["windows_raise"]:
+        version += 1
+    policy_file.write_text(render_policy(table, text, version, windows["windows_raise"]))
     result.update(policy_version=version)
     manifest["policy_tuning"] = {
         k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()

@@ -166,6 +166,22 @@ def test_the_tuner_writes_a_policy_it_reads_back(tmp_path: Path) -> None:
     assert tuning.read_thresholds(path) == (7, table)
     assert Policy.load(path).decide({"threat": 0.96, "toxicity": 0.8})[:2] == ("block", "threat")
     assert Policy.load(path).decide({"threat": 0.7, "toxicity": 0.8})[:2] == ("review", "threat")
+    assert tuning._windows_raise(path) == 0.0
+    path.write_text(tuning.render_policy(table, "# tuned\n", 8, windows_raise=0.35))
+    assert tuning._windows_raise(path) == 0.35
+    assert tuning.read_thresholds(path) == (8, table)
+
+
+def test_the_smallest_raise_within_the_long_message_limit_is_chosen() -> None:
+    from models.evaluation import long_text
+
+    policy = Policy.from_mapping({"name": "p", "version": 1, "labels": {"a": {"block": 0.5}}})
+    benign = [({"a": 0.6}, 4)] * 3 + [({"a": 0.0}, 4)] * 97  # 3% flagged with no raise
+    assert long_text.flag_rate(policy, benign, 0.0) == 0.03
+    # r = raise x 3/4 for 4 windows; 0.6 passes 0.5 raised while 0.5 + 0.5 r <= 0.6, r <= 0.2
+    assert long_text.flag_rate(policy, benign, 0.25) == 0.03
+    assert long_text.flag_rate(policy, benign, 0.3) == 0.0
+    assert long_text.flag_rate(policy, [({"a": 0.6}, 1)], 0.9) == 1.0  # one window: as written
 
 
 BOUNDARY = Policy.from_mapping(
