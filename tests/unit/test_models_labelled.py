@@ -467,3 +467,16 @@ def test_overlap_finds_equal_contained_and_quoted_texts(
     evaluation: str, line: str, hit: bool
 ) -> None:
     assert overlap.Overlap([evaluation]).hits(line) is hit
+
+
+def test_stance_figures_f1_and_small_pool_intervals() -> None:
+    import numpy as np
+
+    from models.evaluation import stance
+
+    flagged = np.asarray([True, True, False, False])
+    gold = np.asarray([True, False, True, False])
+    assert stance.f1(flagged, gold) == 0.5
+    assert stance.interval(np.ones(1_000, dtype=bool)) == ""  # large pools: none
+    lo, hi = stance.interval(np.asarray([True, False] * 50)).strip(" []").split(", ")
+    assert float(lo.rstrip("%")) < 50 < float(hi.rstrip("%"))
