@@ -35,6 +35,7 @@ LONG_CHARS = 1_500
 MAX_LONG_FLAG = 0.02  # long benign messages flagged (issue 39's goal)
 GRID = tuple(round(0.05 * i, 2) for i in range(20))  # 0 .. 0.95
 TEXTS = 300  # of each kind
+CHAT_SAMPLE = 6_000  # chat-like dev lines drawn for padding (those the policy flags alone are not)
 SEED = 20261127
 
 
@@ -50,7 +51,7 @@ def dev_texts(flagged_alone: Any, lines: Sequence[realdata.Line]) -> tuple[list[
     on single lines."""
     rng = random.Random(SEED)
     chat = [ln.text for ln in realdata.select(lines, "dev", realdata.CHAT_LIKE) if not ln.toxic]
-    chat = rng.sample(chat, min(len(chat), 6_000))
+    chat = rng.sample(chat, min(len(chat), CHAT_SAMPLE))
     quiet = [t for t, hot in zip(chat, flagged_alone(chat), strict=True) if not hot]
     pool = realdata.TOXIC + realdata.LABELLED
     toxic = [ln.text for ln in realdata.select(lines, "dev", pool) if ln.toxic]
