@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 import unicodedata
 
-import emoji
-
 # Look-alike letters used to dodge filters ("hеllo" with a Cyrillic е), each over the Latin letter
 # it imitates. The one table: deny-term matching folds with it too (moderator/policy/terms.py).
 _LOOKALIKES = (
@@ -85,6 +83,8 @@ def name_emoji_with_origins(text: str) -> tuple[str, list[int]]:
     emoji's name points at the emoji), so a window's span still marks the message's own text."""
     if text.isascii():
         return text, list(range(len(text)))
+    import emoji  # here: its tables cost a process ~7 MB, and only models that name emoji ask
+
     out: list[str] = []
     origins: list[int] = []
     last = 0
@@ -105,6 +105,8 @@ def name_emoji_with_origins(text: str) -> tuple[str, list[int]]:
 
 def _emoji_words(found: str) -> str:
     """ "🔪" → "kitchen knife": the CLDR name with its colons, underscores and hyphens as spaces."""
+    import emoji
+
     name = emoji.demojize(found, delimiters=("", ""))
     return " ".join(name.replace("_", " ").replace("-", " ").replace(":", " ").split())
 
