@@ -12,6 +12,7 @@ lines get a bootstrap 95% interval (resampled `BOOTSTRAP` times, lines drawn wit
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -120,13 +121,15 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m models.evaluation.stance", description=__doc__)
     parser.add_argument("--model", type=Path, required=True, help="a built model directory")
     parser.add_argument("--policy", type=Path, default=None, help="default: the packaged one")
+    parser.add_argument(
+        "--chat", type=int, default=0, help="chat-like test lines drawn (default 0: all 22k)"
+    )
     args = parser.parse_args(argv)
     test = [ln for ln in realdata.load() if ln.split == "test"]
-    wanted = [
-        ln
-        for ln in test
-        if ln.source in realdata.LABELLED or (ln.source in realdata.CHAT_LIKE and not ln.toxic)
-    ]
+    chat = [ln for ln in test if ln.source in realdata.CHAT_LIKE and not ln.toxic]
+    if args.chat:
+        chat = random.Random(SEED).sample(chat, min(args.chat, len(chat)))
+    wanted = [ln for ln in test if ln.source in realdata.LABELLED] + chat
     decided = Decided(args.model, args.policy, wanted)
     print("| figure (test split) | lines | value [95% interval under 1,000 lines] | goal |")
     print("|---|---:|---|---|")
