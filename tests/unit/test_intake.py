@@ -4,7 +4,7 @@ how partitions are handed over.
 
 Only aiokafka's consumer is replaced, by one answering the calls the intake makes from what the
 test queued; the intake, its offset ledger and metrics are the service's own. The same hand-overs
-with the real broker are in tests/integration/ (test_rebalance.py and the delivery tests).
+with the real broker: tests/integration/test_scaling.py and test_service.py.
 """
 
 from __future__ import annotations
