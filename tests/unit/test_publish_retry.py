@@ -410,8 +410,10 @@ async def test_a_stopped_publisher_re_sends_nothing_and_stops_its_producer_once(
     h = Harness(3)
     send = await h.publish(REFUSED_TP, 7)
     await h.close()
+    sends = len(h.sends)
     await h.answer(send, KafkaTimeoutError())  # its answer comes after the stop
     assert not resends()
+    assert len(h.sends) == sends, "not re-sent"
     await h.publisher.stop()
     assert h.producer.stops == 1
 
