@@ -89,11 +89,11 @@ class UserRules:
 def host_of(url: str) -> str:
     """The lower-case host of a URL linkify-it found (scheme, credentials, port and path cut
     off; a trailing dot too), IDNA-decoded names as written."""
-    rest = url.split("//", 1)[1] if "//" in url else url
-    host = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rsplit("@", 1)[-1]
+    rest = url.partition("//")[2] if "//" in url else url
+    host = rest.partition("/")[0].partition("?")[0].partition("#")[0].rpartition("@")[2]
     if host.startswith("["):  # an IPv6 address
-        return host.split("]", 1)[0] + "]"
-    return host.split(":", 1)[0].rstrip(".").lower()
+        return host.partition("]")[0] + "]"
+    return host.partition(":")[0].rstrip(".").lower()
 
 
 def _under(domain: str, listed: Sequence[str]) -> bool:
@@ -141,7 +141,7 @@ def user_rules(spec: object, actions: Sequence[str], where: str) -> UserRules:
     rules = UserRules(**values)
     if rules.links:
         linkify = LinkifyIt()
-        tlds = {d.rsplit(".", 1)[-1] for d in (*rules.links_allow, *rules.links_deny)}
+        tlds = {d.rpartition(".")[2] for d in (*rules.links_allow, *rules.links_deny)}
         linkify.tlds(sorted(tlds), True)
         rules = UserRules(**values, _linkify=linkify)
     return rules

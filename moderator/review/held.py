@@ -137,6 +137,11 @@ class _Local:
         return Applied("timed_out" if self.by == "timeout" else "late", self.held)
 
 
+def _pipeline(client: Any) -> Any:
+    """One round trip of commands that each stand alone: no MULTI/EXEC around them."""
+    return client.pipeline(transaction=False)
+
+
 def context_key(channel_id: str) -> str:
     return CONTEXT_PREFIX + channel_id
 
@@ -180,7 +185,7 @@ class HeldStore:
         if client is not None:
             if not held and not pushes:
                 return {}
-            pipe = client.pipeline(transaction=False)
+            pipe = _pipeline(client)
             for channel in reads:
                 pipe.lrange(context_key(channel), 0, -1)
             for channel, entries in pushes.items():
@@ -272,7 +277,7 @@ class HeldStore:
         client = self.cache.client
         if client is None or not message_ids:
             return  # a lease left in Redis is claimed again: a duplicate, never a loss
-        pipe = client.pipeline(transaction=False)
+        pipe = _pipeline(client)
         for message_id in message_ids:
             pipe.hset(self.prefix + message_id, "state", "final")
             pipe.expire(self.prefix + message_id, FINAL_KEEP_S)
@@ -288,7 +293,7 @@ class HeldStore:
         moving = {k: v for k, v in self._local.items() if v.state != "timing_out"}
         if not moving:
             return
-        pipe = client.pipeline(transaction=False)
+        pipe = _pipeline(client)
         for local in moving.values():
             self._write(pipe, local.held, local.state, local.by)
         self.metrics.sweep_trips.inc()

@@ -70,6 +70,19 @@ def mute_keys(user_id: str, channel_id: str) -> tuple[str, str]:
     return _key(user_id, "mute"), _key(user_id, "mute", channel_id)
 
 
+# One function per key, used by both stores: a user's keys are named in one place.
+def flood_key(user_id: str) -> str:
+    return _key(user_id, "flood")
+
+
+def repeat_key(user_id: str, digest: str) -> str:
+    return _key(user_id, "repeat", digest)
+
+
+def strikes_key(user_id: str) -> str:
+    return _key(user_id, "strikes")
+
+
 # KEYS and ARGV come in one group per message; numbers as Python wrote them (Lua would print
 # a millisecond timestamp as 1.7e+12). An exclusive bound is "(" + number.
 SCRIPT = """
@@ -129,8 +142,8 @@ def before_call(batch: Sequence[Seen]) -> tuple[list[str], list[str]]:
     keys: list[str] = []
     args = ["before"]
     for s in batch:
-        keys += [*mute_keys(s.user_id, s.channel_id), _key(s.user_id, "flood")]
-        keys.append(_key(s.user_id, "repeat", s.digest))
+        keys += [*mute_keys(s.user_id, s.channel_id), flood_key(s.user_id)]
+        keys.append(repeat_key(s.user_id, s.digest))
         ttl = max(s.flood_ms, s.repeat_ms) + MARGIN_MS
         args += [str(s.t_ms), s.message_id, str(s.flood_n), f"({s.t_ms - s.flood_ms}", str(ttl)]
         args += [str(s.repeat_k), f"({s.t_ms - s.repeat_ms}", s.channel_id]
@@ -143,7 +156,7 @@ def after_call(batch: Sequence[Strike]) -> tuple[list[str], list[str]]:
     args = ["after"]
     for s in batch:
         mute_all, mute_channel = mute_keys(s.user_id, s.channel_id)
-        keys += [_key(s.user_id, "strikes"), mute_channel if s.mute_channel else mute_all]
+        keys += [strikes_key(s.user_id), mute_channel if s.mute_channel else mute_all]
         until = s.t_ms + s.mute_ms if s.mute_ms else 0
         args += [str(s.t_ms), s.message_id, "1" if s.flagged else "0", str(s.k)]
         args += [f"({s.t_ms - s.window_ms}", str(s.window_ms + MARGIN_MS), str(until)]
@@ -212,14 +225,14 @@ class MemoryState:
                 code = MUTED
             ttl = max(s.flood_ms, s.repeat_ms) + MARGIN_MS
             if s.flood_n:
-                flood = self._set(_key(s.user_id, "flood"), ttl)
+                flood = self._set(flood_key(s.user_id), ttl)
                 flood.setdefault(s.message_id, s.t_ms)
                 _trim(flood, s.t_ms - s.flood_ms)
                 n = _count(flood, s.t_ms - s.flood_ms, s.t_ms)
                 if code == NONE and n > s.flood_n:
                     code = RATE_LIMITED
             if s.repeat_k:
-                seen = self._set(_key(s.user_id, "repeat", s.digest), ttl)
+                seen = self._set(repeat_key(s.user_id, s.digest), ttl)
                 seen[s.channel_id] = max(seen.get(s.channel_id, s.t_ms), s.t_ms)
                 _trim(seen, s.t_ms - s.repeat_ms)
                 n = _count(seen, s.t_ms - s.repeat_ms, None)
@@ -232,7 +245,7 @@ class MemoryState:
         out = []
         for s in batch:
             self._sweep()
-            key = _key(s.user_id, "strikes")
+            key = strikes_key(s.user_id)
             strikes = self._sets.get(key, {})
             if s.flagged:
                 strikes = self._set(key, s.window_ms + MARGIN_MS)

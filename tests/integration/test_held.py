@@ -115,6 +115,7 @@ async def test_what_was_held_here_while_redis_was_away_moves_there_when_it_is_ba
     assert await one.claim_due(1_000) == []  # the sweep moves them to Redis
     assert (await two.apply("m-1", "v/0/3")).status == "applied"
     assert (await two.apply("m-2", "v/0/4")).status == "late", "its verdict went with it"
+    assert (await two.apply("m-2", "v/0/1")).status == "again", "that verdict redelivered"
 
 
 def trips(metrics: Metrics) -> dict[str, float]:
@@ -177,3 +178,38 @@ async def test_the_gauge_reads_the_next_held_message_due_from_redis_skipping_lea
     assert (await two.apply("m-2", "v/0/1")).status == "applied"
     assert await one.claim_due(3_000) == []
     assert gauge() == 0, "nothing held: m-1 is timing out, m-2 decided"
+
+
+async def test_a_channels_context_ring_is_read_whole_as_it_was_then_trimmed_to_its_size(
+    caches: list[ScoreCache],
+) -> None:
+    one, two = stores(caches)
+    first = [f"e-{i}".encode() for i in range(6)]
+    assert await one.hold([], {"c-1": first}, ["c-1"], ring_size=4, ring_ttl_s=60) == {"c-1": []}
+    rings = await two.hold([], {"c-1": [b"e-6"]}, ["c-1", "c-2"], ring_size=4, ring_ttl_s=60)
+    assert rings == {"c-1": first[2:], "c-2": []}, "the last 4, before this push"
+    rings = await one.hold([], {"c-1": [b"e-7"]}, ["c-1"], ring_size=4, ring_ttl_s=60)
+    assert rings == {"c-1": [*first[3:], b"e-6"]}
+
+
+async def test_a_held_message_outlives_its_timeout_by_a_margin_and_keeps_its_first_due_time(
+    caches: list[ScoreCache],
+) -> None:
+    one, _ = stores(caches)
+    await hold(one, {**held("m-1", 61_000), "held_at_ms": 1_000},
+               {**held("m-2", 1_500), "held_at_ms": 1_000})  # fmt: skip
+    client = caches[0].client
+    assert client is not None
+    ttl = [await client.ttl(f"{held_module.PREFIX}g:m-{i}") for i in (1, 2)]
+    margin = held_module.HELD_MARGIN_S
+    assert ttl == [60 + margin, 1 + margin], "its timeout (1 s at least), then the margin"
+    await hold(one, {**held("m-2", 10**13), "held_at_ms": 5_000})  # redelivered, re-decided
+    assert [h["message_id"] for h in await one.claim_due(2_000)] == ["m-2"], "due as first held"
+
+
+async def test_the_held_gauge_counts_the_messages_in_redis(caches: list[ScoreCache]) -> None:
+    metrics = Metrics()
+    one = HeldStore(caches[0], metrics.review, group="g", timeout_s=1.0)
+    await hold(one, held("m-1", 10**13), held("m-2", 10**13), held("m-3", 10**13))
+    assert await one.claim_due(1_000) == []
+    assert metrics.registry.get_sample_value("moderator_held_messages") == 3

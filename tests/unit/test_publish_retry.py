@@ -12,17 +12,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import random
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
 import pytest
 from aiokafka.errors import KafkaTimeoutError, UnknownError
+from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.structs import TopicPartition
 
 from moderator.kafka.ledger import OffsetLedger
 from moderator.kafka.publisher import Fetched, Publisher
-from moderator.kafka.refusal import describe
+from moderator.kafka.refusal import RETRY_JITTER, describe
 from moderator.metrics import Metrics
 from moderator.records import DLQ_ERROR_CODE, Outcome
 from moderator.tasks import Supervisor
@@ -32,6 +34,7 @@ IN, OUT, DLQ = "chat.messages", "chat.decisions", "chat.messages.dlq"
 REFUSED_TP = TopicPartition(IN, 0)
 OTHER_TP = TopicPartition(IN, 1)
 WAIT_S = 1.0  # the longest any step may take; each waits on its condition, not a clock
+PARTITIONS = range(12)  # of the output topics
 
 
 class Record(NamedTuple):
@@ -57,6 +60,7 @@ class Send(NamedTuple):
     outcome: Payload
     alone: bool
     future: asyncio.Future[Any]
+    partition: int | None = None  # a send alone names its partition
 
 
 class Batch:
@@ -78,28 +82,35 @@ class Producer:
 
     def __init__(self) -> None:
         self.sends: list[Send] = []
+        self.full = 0  # the next sends fail to enqueue (the producer's buffer is full)
+        self.stops = 0
 
-    def _record(self, topic: str, payload: Payload, alone: bool) -> asyncio.Future[Any]:
+    def _record(
+        self, topic: str, payload: Payload, alone: bool, partition: int | None = None
+    ) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
-        self.sends.append(Send(topic, payload, alone, future))
+        self.sends.append(Send(topic, payload, alone, future, partition))
         return future
 
     async def send(self, topic: str, value: bytes | None, key: bytes | None,
                    headers: list[tuple[str, bytes]] | None) -> asyncio.Future[Any]:  # fmt: skip
+        if self.full:
+            self.full -= 1
+            raise KafkaTimeoutError("the producer's buffer is full")
         return self._record(topic, Payload(key, value, list(headers or [])), alone=False)
 
     def create_batch(self) -> Batch:
         return Batch()
 
     async def partitions_for(self, topic: str) -> set[int]:
-        return {0, 1}
+        return set(PARTITIONS) if topic in (OUT, DLQ) else set()
 
     async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> asyncio.Future[Any]:
         assert batch.payload is not None
-        return self._record(topic, batch.payload, alone=True)
+        return self._record(topic, batch.payload, alone=True, partition=partition)
 
     async def stop(self) -> None:
-        pass
+        self.stops += 1
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -361,3 +372,80 @@ async def test_each_diversion_is_logged_with_the_record_its_refusals_the_error_a
     assert {(r.__dict__["topic"], r.__dict__["partition"], r.__dict__["offset"]) for r in said} == {
         (IN, 0, 7)
     }
+
+
+async def test_a_refused_record_is_re_sent_alone_to_the_partition_its_key_picks(
+    harness: Harness,
+) -> None:
+    h = harness
+    send = await h.publish(REFUSED_TP, 7)
+    send = await h.fail(send, UnknownError())
+    assert send.alone
+    assert send.partition == DefaultPartitioner()(b"c-1", list(PARTITIONS), list(PARTITIONS))
+    assert send.outcome == Payload(b"c-1", b'{"message_id":"m","action":"allow"}', [])
+
+
+async def test_an_outcome_the_producer_could_not_enqueue_is_re_sent(harness: Harness) -> None:
+    h = harness
+    h.producer.full = 1
+    h.ledger.assign([REFUSED_TP])
+    entry = h.ledger.track(REFUSED_TP, 7)
+    outcome = Outcome(b"c-1", b"{}", [], action="allow")
+    await h.publisher.publish([Fetched(entry, Record(IN, 0, 7))], [outcome])  # no exception
+    send = await h.next_send()
+    await h.answer(send)
+    assert h.committable() == 8
+
+
+async def test_outcomes_pair_one_to_one_with_the_records(harness: Harness) -> None:
+    h = harness
+    h.ledger.assign([REFUSED_TP])
+    fetched = Fetched(h.ledger.track(REFUSED_TP, 7), Record(IN, 0, 7))
+    outcome = Outcome(b"c-1", b"{}", [], action="allow")
+    with pytest.raises(ValueError, match="zip"):
+        await h.publisher.publish([fetched], [outcome, outcome])
+
+
+async def test_a_stopped_publisher_re_sends_nothing_and_stops_its_producer_once() -> None:
+    h = Harness(3)
+    send = await h.publish(REFUSED_TP, 7)
+    await h.close()
+    sends = len(h.sends)
+    await h.answer(send, KafkaTimeoutError())  # its answer comes after the stop
+    assert not resends()
+    assert len(h.sends) == sends, "not re-sent"
+    await h.publisher.stop()
+    assert h.producer.stops == 1
+
+
+async def test_re_sends_back_off_step_by_step_each_jittered(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    drawn: list[tuple[float, float]] = []
+
+    def uniform(low: float, high: float) -> float:
+        drawn.append((low, high))
+        return high
+
+    monkeypatch.setattr(random, "uniform", uniform)  # the publisher's jitter
+    caplog.set_level(logging.WARNING, logger="moderator.kafka.publisher")
+    h = Harness(3, backoff_s=(0.0, 0.0, 10.0))
+    send = await h.publish(REFUSED_TP, 7)
+    send = await h.fail(send, KafkaTimeoutError())
+    send = await h.fail(send, KafkaTimeoutError())
+    await h.answer(send, KafkaTimeoutError())  # the third: 10 s, the last step, then kept
+    retries = [r.args for r in caplog.records if r.name == "moderator.kafka.publisher"]
+    steps = [args[2:4] for args in retries if isinstance(args, tuple)]  # (retry, backoff_s)
+    assert steps == [(1, 0.0), (2, 0.0), (3, 15.0)]
+    assert drawn == [(1 - RETRY_JITTER, 1 + RETRY_JITTER)] * 3
+    await h.close()
+
+
+async def test_giving_an_entry_up_cancels_its_re_send_waiting_out_its_backoff() -> None:
+    h = Harness(3, backoff_s=(60.0,))
+    send = await h.publish(REFUSED_TP, 7)
+    await h.answer(send, KafkaTimeoutError())
+    assert len(resends()) == 1
+    h.publisher.abandon(h.ledger.abandon([REFUSED_TP]))
+    await until(lambda: not resends(), "the re-send is cancelled")
+    await h.close()

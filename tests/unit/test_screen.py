@@ -93,6 +93,23 @@ def test_past_the_cap_the_first_and_last_windows_are_read_and_marked_truncated(
     assert s.spans[-1][1] == len(text.rstrip())
 
 
+def test_texts_decided_together_are_decided_as_each_alone(reader: Reader) -> None:
+    friendly, insult = "gg wp, that clutch was insane", "you are a worthless idiot"
+    texts = [friendly, insult, "", insult, friendly]  # "" decided without the model
+    together = [j.ruling for j in decide_texts(reader, POLICY, texts)]
+    assert together == [decide_texts(reader, POLICY, [t])[0].ruling for t in texts]
+    assert together[0].action == "allow" != together[1].action
+
+
+def test_the_cache_key_of_a_long_text_is_stored_in_one_format(reader: Reader) -> None:
+    # Cached entries outlive a deploy: another format would orphan every one in Redis.
+    rows = (np.asarray([7, 8, 9], dtype=np.int64), np.asarray([10, 11], dtype=np.int64))
+    s = Screened(None, rows, ((0, 5), (4, 9)), 9)
+    w = reader.windows
+    hashed = [-1, w.size, w.stride, w.max_windows, 3, 2, 7, 8, 9, 10, 11]  # plan, lengths, ids
+    assert s.key("abc", reader) == cache_key("abc", np.asarray(hashed, dtype=np.int64))
+
+
 def synthetic(reader: Reader, rows: list[dict[str, float]], **fields: object) -> Screened:
     spans = tuple((i * 10, i * 10 + 20) for i in range(len(rows)))
     dummy = tuple(np.zeros(3, dtype=np.int64) for _ in rows)

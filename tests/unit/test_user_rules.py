@@ -28,6 +28,9 @@ from moderator.policy.user_rules import host_of
         ("http://[2001:db8::1]:8080/x", "[2001:db8::1]"),
         ("http://me@[::1]/", "[::1]"),
         ("ftp://files.evil.com/a//b", "files.evil.com"),
+        ("evil.com?a=1?b=2", "evil.com"),
+        ("evil.com#a#b", "evil.com"),
+        ("https://INBOX./", "inbox"),
     ],
 )
 def test_a_links_host_is_found_whatever_surrounds_it(url: str, host: str) -> None:

@@ -20,7 +20,7 @@ from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy.channels import PolicyBook
 from moderator.policy.rules import Policy, Ruling, read_spec
-from moderator.policy.user_rules import UserRules, host_of
+from moderator.policy.user_rules import MAX_WINDOW_S, UserRules, host_of
 from moderator.records import ChatMessage
 from moderator.users.escalation import Escalation
 from moderator.users.state import MemoryState, RedisState
@@ -58,16 +58,41 @@ def test_every_rule_is_off_unless_the_policy_sets_it() -> None:
         ({"strikes": True}, "strikes"),
         ({"flood_window_s": 0}, "flood_window_s"),
         ({"strike_window_s": 10**9}, "strike_window_s"),
+        ({"flood_window_s": MAX_WINDOW_S + 1}, "flood_window_s"),  # a week at most
+        ({"strikes": 1_000_001}, "strikes"),
         ({"mute_scope": "server"}, "mute_scope"),
         ({"flood_action": "ban"}, "flood_action"),
         ({"link_action": "allow"}, "link_action"),
         ({"links_deny": "evil.com"}, "links_deny"),
         ({"links_allow": ["localhost"]}, "links_allow"),
+        ({"links_deny": ["com."]}, "links_deny"),  # a dot at its edge makes no domain
     ],
 )
 def test_a_bad_users_table_is_refused_naming_the_key(users: dict[str, Any], named: str) -> None:
-    with pytest.raises(PolicyError, match=named):
+    with pytest.raises(PolicyError, match=f"users.*{named}"):
         policy(**users)
+    with pytest.raises(PolicyError, match="users"):
+        Policy.from_mapping({**read_spec(), "users": 5})
+
+
+def test_counts_and_windows_may_reach_their_bounds() -> None:
+    assert policy(strikes=0).users.strikes == 0  # off
+    assert policy(strikes=1_000_000).users.strikes == 1_000_000
+    assert policy(flood_messages=MAX_WINDOW_S + 1).users.flood_messages == MAX_WINDOW_S + 1
+    assert policy(flood_window_s=MAX_WINDOW_S).users.flood_window_s == MAX_WINDOW_S
+
+
+def test_the_rules_act_with_block_by_default_when_the_policy_has_it() -> None:
+    spec = {"name": "p", "version": 1, "actions": ["warn", "block", "ban"], "users": {}}
+    rules = Policy.from_mapping(spec).users
+    assert (rules.flood_action, rules.repeat_action, rules.link_action) == ("block",) * 3
+
+
+def test_listed_domains_are_read_as_hosts_are() -> None:
+    rules = policy(links_deny=[".Evil.COM.", "Xbox.com", "cdn.shop.xyz"]).users
+    assert rules.links_deny == ("evil.com", "xbox.com", "cdn.shop.xyz")
+    assert rules.link_domain("see evil.com") == "evil.com"
+    assert rules.link_domain("see cdn.shop.xyz") == "cdn.shop.xyz"  # its top-level domain known
 
 
 def test_a_policy_with_actions_of_its_own_acts_with_its_most_severe_by_default() -> None:
@@ -89,6 +114,7 @@ def test_a_channel_policy_merges_its_users_table_key_by_key() -> None:
         ("look at cdn.evil.com/free", "cdn.evil.com"),  # written bare, a subdomain
         ("see shop.xyz today", "shop.xyz"),  # a top-level domain only the list names
         ("mail me at bob@evil.com", None),  # an address, not a link
+        ("mail bob@x.org, then see evil.com", "evil.com"),  # an address is skipped, not the end
         ("good.com and https://evil.com.good.com/", None),  # under a domain not listed
         ("gg wp, file.txt and hello.world", None),
     ],

@@ -3,11 +3,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tokenizers import Tokenizer
 
 from moderator.decide.classifier import Classifier
 from moderator.decide.windows import (
@@ -194,6 +196,57 @@ def test_windows_of_a_model_that_reads_emoji_names_mark_the_emoji(
     ids = np.concatenate(scorer.windows("gg all " * 60 + "i will 🔪 you").ids).tolist()
     knife = named.encode(["kitchen knife"])[0].tolist()[1:-1]
     assert any(ids[i : i + len(knife)] == knife for i in range(len(ids)))
+
+
+def test_lookalikes_are_folded_word_by_word_each_character_keeping_its_origin() -> None:
+    # Cyrillic а, е and о at the start and the end of words with ASCII letters (folded), a
+    # zero-width space (dropped), a word without ASCII letters (kept), a combining accent
+    # (composed with its base, the next letter its own).
+    text = "аpе\u200b мир e\u0301x оk"
+    normalized, origins = normalize_with_origins(text)
+    assert normalized == "ape мир éx ok"
+    assert origins == [0, 1, 2, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14]
+
+
+class Spy:
+    """A tokenizer that counts the characters it is given."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.chars = 0
+
+    def encode(self, text: str) -> Any:
+        self.chars += len(text)
+        return self.tokenizer.encode(text)
+
+
+@pytest.mark.parametrize("cap", [2, 3])
+def test_a_long_text_costs_what_its_two_ends_do(classifier: Classifier, cap: int) -> None:
+    scorer = WindowScorer(classifier, max_windows=cap)  # its own: built for this test
+    words = [f"w{i % 97}x" if i % 3 else "the" for i in range(12_000)]
+    text = "  ".join(words) + " end"
+    normalized, origins = normalize_with_origins(text)
+    encoding = scorer.tokenizer.encode(normalized)
+    content, offsets = encoding.ids[1:-1], encoding.offsets[1:-1]
+    plan = scorer.plan(len(content))
+    spy = Spy(scorer.tokenizer)
+    scorer.tokenizer = cast(Tokenizer, spy)
+    windows = scorer.windows(text)
+    assert spy.chars < len(text) // 4, "the ends only"
+    assert windows.truncated
+    assert len(plan.windows) == len(windows.ids) == cap
+    for (a, b), row, span in zip(plan.windows, windows.ids, windows.spans, strict=True):
+        assert row.tolist() == [encoding.ids[0], *content[a:b], encoding.ids[-1]]
+        assert span == (origins[offsets[a][0]], origins[offsets[b - 1][1] - 1] + 1)
+
+
+def test_origins_are_spread_over_the_text_where_the_steps_disagree_with_normalisation() -> None:
+    # Hangul jamo compose across characters (ᄀ + ᅡ = 가), which the per-character steps do not
+    # see: the origins are then spread evenly, approximate but never outside the text.
+    text = "\u1100\u1161 ok"
+    normalized, origins = normalize_with_origins(text)
+    assert normalized == "\uac00 ok"
+    assert origins == [0, 1, 2, 3]
 
 
 def test_a_long_text_without_spaces_between_lines_is_read_at_both_ends(
