@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.machine import machine_label
+from models.evaluation.long_text import joined
 from moderator.config import REPO_ROOT, Settings
 from moderator.decide.classifier import Classifier
 from moderator.decide.language import LanguageGate
@@ -47,16 +48,6 @@ def corpus_lines(name: str) -> list[str]:
     path: Path = CORPUS / f"{name}.txt"
     rows = path.read_text(encoding="utf-8").splitlines()
     return [r.strip() for r in rows if r.strip() and not r.startswith("# ")]
-
-
-def joined(lines: Sequence[str], chars: int, rng: random.Random) -> str:
-    """Random lines joined by spaces until at least `chars` characters."""
-    parts: list[str] = []
-    total = 0
-    while total < chars:
-        parts.append(rng.choice(lines))
-        total += len(parts[-1]) + 1
-    return " ".join(parts)
 
 
 def timed(call: Callable[[], object], repeats: int) -> tuple[float, float, float]:

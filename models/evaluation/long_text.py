@@ -39,10 +39,14 @@ CHAT_SAMPLE = 6_000  # chat-like dev lines drawn for padding (those the policy f
 SEED = 20261127
 
 
-def _joined(lines: Sequence[str], rng: random.Random) -> str:
+def joined(lines: Sequence[str], chars: int, rng: random.Random) -> str:
+    """Random lines joined by spaces until at least `chars` characters (the benchmark's probe
+    pads its test texts with this too: bench/windows.py)."""
     parts: list[str] = []
-    while sum(map(len, parts)) + len(parts) < LONG_CHARS:
+    total = 0
+    while total < chars:
         parts.append(rng.choice(lines))
+        total += len(parts[-1]) + 1
     return " ".join(parts)
 
 
@@ -57,10 +61,10 @@ def dev_texts(flagged_alone: Any, lines: Sequence[realdata.Line]) -> tuple[list[
     toxic = [ln.text for ln in realdata.select(lines, "dev", pool) if ln.toxic]
     hostile = [t for t, hot in zip(toxic, flagged_alone(toxic), strict=True) if hot]
     hostile = rng.sample(hostile, min(len(hostile), TEXTS))
-    benign = [_joined(quiet, rng) for _ in range(TEXTS)]
+    benign = [joined(quiet, LONG_CHARS, rng) for _ in range(TEXTS)]
     padded = []
     for i, line in enumerate(hostile):
-        pad = _joined(quiet, rng)
+        pad = joined(quiet, LONG_CHARS, rng)
         cut = (0, pad.find(" ", len(pad) // 2), len(pad))[i % 3]
         padded.append(f"{pad[:cut]} {line} {pad[cut:]}".strip())
     return benign, padded

@@ -18,7 +18,8 @@ from moderator.normalize import normalize_text
 RUN = 8  # a shared run of this many words is the same text quoted
 MIN_CONTAINED = 4  # a shorter text held whole counts from this many words (equal texts always)
 TEST_LINES = "test_lines.tsv"  # the fixed evaluation pools: source, line id
-SUITE_OVERLAP = "suite_overlap.tsv"  # stance lines that overlap a public suite: source, id, suite
+SUITE_OVERLAP = "suite_overlap.tsv"  # stance lines that overlap a public suite
+SUITE_OVERLAP_COLUMNS = ("source", "id", "suite")
 
 
 def words(text: str) -> tuple[str, ...]:

@@ -355,11 +355,10 @@ def decontaminate(lines: Sequence[Line], labelled_dir: Path | None = None) -> li
     line of an evaluation-only source, the dev and test lines of the others, and the public
     suites' cases (the committed `suite_overlap.tsv`). What each rule removed is in `REMOVED`."""
     folder = labelled_dir or labelled.data_dir()
+    listed = (folder / overlap.SUITE_OVERLAP).read_text(encoding="utf-8")
     suites = {
-        (row[0], row[1]): row[2]
-        for row in (
-            ln.split("\t") for ln in (folder / overlap.SUITE_OVERLAP).read_text().splitlines()[1:]
-        )
+        (row["source"], row["id"]): row["suite"]
+        for row in labelled.parse_tsv(listed, overlap.SUITE_OVERLAP_COLUMNS)
     }
     judged = overlap.Overlap(
         ln.text

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from models.lines import realdata
-from models.lines.overlap import SUITE_OVERLAP, Overlap, line_id
+from models.lines.overlap import SUITE_OVERLAP, SUITE_OVERLAP_COLUMNS, Overlap, line_id
 from models.sources import labelled
 
 SUITES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
@@ -83,9 +83,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         found += [(source, ident, name) for source, ident in sorted(hits)]
         print(f"{name}: {len(texts)} cases; {len(hits)} stance lines overlap them")
     out = labelled.data_dir() / SUITE_OVERLAP
-    with out.open("w", encoding="utf-8") as fh:
-        fh.write("source\tid\tsuite\n")
-        fh.writelines(f"{s}\t{i}\t{n}\n" for s, i, n in found)
+    out.write_text(labelled.write_tsv(found, SUITE_OVERLAP_COLUMNS), encoding="utf-8")
     print(out)
     return 0
 
