@@ -136,7 +136,9 @@ def judge(reader: Reader, policy: Policy, screened: Screened, rows: Scores | Non
     rows = np.atleast_2d(rows)
     scores, best = highest(rows)
     named = reader.classifier.as_dict(scores)
-    ruling = policy.decide(discounted(named, windows_raise(policy.spec), len(rows)))
+    # One window (nearly every message) is judged as written: no policy lookup on that path.
+    seen = discounted(named, windows_raise(policy.spec), len(rows)) if len(rows) > 1 else named
+    ruling = policy.decide(seen)
     labels = reader.classifier.labels
     acting = labels.index(ruling.reason) if ruling.reason in labels else int(np.argmax(scores))
     span = screened.spans[int(best[acting])] if len(screened.spans) > 1 else whole
