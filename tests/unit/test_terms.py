@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from moderator.policy.terms import SEVERITIES, Term, TermMatcher, default_terms
+from moderator.errors import PolicyError
+from moderator.policy.terms import (
+    SEVERITIES,
+    Term,
+    TermMatcher,
+    default_terms,
+    deny_entries,
+    words,
+)
 
 DENY = [
     Term(t, "test")
@@ -153,3 +161,94 @@ def test_the_packaged_list_has_every_severity_and_its_categories() -> None:
     matcher = TermMatcher(terms)
     assert [m.term.severity for m in matcher.find("you f*cking c.u.n.t")] == ["medium", "high"]
     assert matcher.find("a classic assassin from Scunthorpe") == []
+
+
+# -- how a token becomes words: each rule at its edges, in the ASCII and the Unicode pass ------
+
+WORDS = [
+    ("a!b", [("aib", 0, 3)]),  # `!` between two letters is an `i`
+    ("5!t", [("sit", 0, 3)]),  # ... and between a leet digit and a letter
+    ("!ab", [("ab", 1, 3)]),  # not at a token's start (nothing before it)
+    ("ab!", [("ab", 0, 2)]),  # nor at its end
+    ("k1ll!", [("kill", 0, 4)]),
+    ("b!!ch", [("b", 0, 1), ("ch", 3, 5)]),  # two marks are punctuation, not one letter
+    ("a|b", [("alb", 0, 3)]),
+    ("|ab", [("ab", 1, 3)]),
+    ("a*b", [("a?b", 0, 3)]),  # a mask between letters is one unknown letter
+    ("a#b", [("a?b", 0, 3)]),
+    ("*ab", [("ab", 1, 3)]),
+    ("ab*", [("ab", 0, 2)]),
+    ("2024", []),  # a plain number holds no letters
+    ("x2024", [("xoa", 0, 5)]),  # a word with a letter reads its digits as letters
+    ("a b", [("a", 0, 1), ("b", 2, 3)]),  # two single letters stay apart
+    ("a b c", [("abc", 0, 5)]),  # three are one word spelled apart
+    ("ab cd ef", [("ab", 0, 2), ("cd", 3, 5), ("ef", 6, 8)]),
+    ("ü!x", [("uix", 0, 3)]),  # the Unicode pass keeps the same rules
+    ("¡ab", [("ab", 1, 3)]),
+    ("ab¡", [("ab", 0, 2)]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), WORDS)
+def test_a_token_becomes_words(text: str, expected: list[tuple[str, int, int]]) -> None:
+    assert [tuple(w) for w in words(text)] == expected
+
+
+def test_leet_always_reads_a_term_without_letters() -> None:
+    assert words("@55") == []
+    assert [tuple(w) for w in words("@55", leet_always=True)] == [("ass", 0, 3)]
+
+
+def test_a_two_letter_term_a_three_word_term_and_a_masked_word_match() -> None:
+    matcher = TermMatcher([Term("fk", "x"), Term("go kill yourself", "x"), Term("pot ato", "x")])
+    found = matcher.find("fk, just go kill yourself")
+    assert [(m.term.term, m.start, m.end) for m in found] == [
+        ("fk", 0, 2),
+        ("go kill yourself", 9, 25),
+    ]
+    assert [m.term.term for m in matcher.find("f* that")] == []  # a mask needs a letter after it
+    assert [m.term.term for m in matcher.find("p*t ato")] == []  # only one-word terms are masked
+    assert [m.term.term for m in TermMatcher([Term("potato", "x")]).find("p*t*to")] == ["potato"]
+
+
+def test_an_allowed_phrase_without_words_is_ignored() -> None:
+    matcher = TermMatcher([Term("ass", "x")], allow=["!!!", "   "])
+    assert matcher.without_allowed("hello there") == "hello there"
+    assert [m.term.term for m in matcher.find("hello ass")] == ["ass"]
+
+
+ACTIONS = ("allow", "nudge", "review", "block")
+
+
+def test_deny_entries_fill_in_what_an_entry_leaves_out() -> None:
+    terms = deny_entries(
+        ["potato", {"term": "yam", "category": "veg", "action": "nudge", "severity": "low"}],
+        ACTIONS,
+        "deny",
+    )
+    assert terms == [
+        Term("potato", "custom", "high", "block", "policy"),
+        Term("yam", "veg", "low", "nudge", "policy"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ("potato", "deny must be a list of {term, category, action} tables"),
+        ([3], r"deny\[0\] may only set term, category, action, severity"),
+        (["ok", {"term": "x", "colour": "red"}], r"deny\[1\] may only set"),
+        ([{"category": "x"}], r"deny\[0\]\.term must be a non-empty string"),
+        ([{"term": 3}], r"deny\[0\]\.term must be a non-empty string"),
+        (
+            [{"term": "x", "action": "allow"}],
+            r"deny\[0\]\.action: 'allow' is not one of nudge, review, block",
+        ),
+        ([{"term": "x", "action": "warn"}], r"deny\[0\]\.action: 'warn'"),
+        ([{"term": "x", "category": 3}], r"deny\[0\]: category is a string, severity one of"),
+        ([{"term": "x", "severity": "extreme"}], r"deny\[0\]: category is a string"),
+    ],
+)
+def test_deny_entries_name_what_is_wrong(entries: object, message: str) -> None:
+    with pytest.raises(PolicyError, match=f"^{message}"):
+        deny_entries(entries, ACTIONS, "deny")
