@@ -269,3 +269,79 @@ async def test_a_review_decision_plans_with_its_channels_own_review_settings(
         timeout_ms = record["expires_at_ms"] - record["held_at_ms"]
         got[decision["channel_id"]] = (timeout_ms, decision["review"]["fallback"])
     assert got == {"c-1": (600_000, "allow"), "c-2": (30_000, "block")}, "each channel's policy"
+
+
+def fresh_message(i: int, text: str, **fields: object) -> Record:
+    now_ms = int(time.time() * 1000)
+    value = orjson.dumps({"message_id": f"m-{i}", "channel_id": "c-1", "user_id": "u",
+                          "text": text, "sent_at_ms": now_ms, **fields})  # fmt: skip
+    return Record(value, offset=i)
+
+
+async def test_each_decision_says_where_its_time_went(pipeline: Pipeline) -> None:
+    """A scored message: its queue and model time as the batcher measured them (the stage
+    histograms hold the same), within its total. A message decided without the model (here an
+    empty text) spent no time being scored: all its time is queue."""
+    outcomes = await pipeline.process(
+        [fresh_message(0, "what a lovely evening"), fresh_message(1, "")]
+    )
+    scored, empty = (orjson.loads(o.value or b"") for o in outcomes)
+    sample = pipeline.metrics.registry.get_sample_value
+    latency = scored["latency_ms"]
+    assert latency["score"] > 0
+    assert latency["score"] == pytest.approx(
+        1000 * sample("moderator_stage_seconds_sum", {"stage": "score"}), abs=1e-3
+    )
+    assert latency["queue"] == pytest.approx(
+        1000 * sample("moderator_stage_seconds_sum", {"stage": "queue"}), abs=1e-3
+    )
+    assert latency["queue"] + latency["score"] <= latency["total"] + 1e-3
+    assert sample("moderator_stage_seconds_count", {"stage": "score"}) == 1, "the model's only"
+    assert sample("moderator_stage_seconds_count", {"stage": "total"}) == 2, "every decision"
+    assert empty["latency_ms"]["score"] == 0
+    assert empty["latency_ms"]["queue"] == empty["latency_ms"]["total"] > 0
+
+
+async def test_a_fresh_decision_is_within_budget_and_an_old_one_is_counted_over(
+    pipeline: Pipeline,
+) -> None:
+    pipeline.budget_ms = 60_000  # a minute: the fresh message cannot miss it
+    outcomes = await pipeline.process([fresh_message(0, "gg"), old_message(1, "gg")])
+    fresh, old = (orjson.loads(o.value or b"") for o in outcomes)
+    assert (fresh["over_budget"], old["over_budget"]) == (False, True)
+    assert pipeline.metrics.registry.get_sample_value("moderator_over_budget_total") == 1
+    now_ms = int(time.time() * 1000)
+    assert now_ms - 60_000 < fresh["decided_at_ms"] <= now_ms
+
+
+async def test_a_message_sent_in_the_future_counts_zero_latency(pipeline: Pipeline) -> None:
+    """A client clock ahead of ours must not make a negative latency (the histogram's sum would
+    fall)."""
+    ahead = int(time.time() * 1000) + 3_600_000
+    await pipeline.process([fresh_message(0, "gg", sent_at_ms=ahead)])
+    sample = pipeline.metrics.registry.get_sample_value
+    assert sample("moderator_end_to_end_seconds_sum") == 0
+    assert sample("moderator_end_to_end_seconds_count") == 1
+
+
+async def test_degraded_decisions_are_counted_by_action(pipeline: Pipeline) -> None:
+    pipeline.fallback = Fallback.load("lexical")
+    outcomes = await pipeline.process(
+        [old_message(0, "KYS loser"), old_message(1, "gg"), old_message(2, "well played")]
+    )
+    sample = pipeline.metrics.registry.get_sample_value
+    assert [orjson.loads(o.value or b"")["span"] for o in outcomes] == [[0, 9], [0, 2], [0, 11]]
+    assert sample("moderator_degraded_decisions_total", {"action": "block"}) == 1
+    assert sample("moderator_degraded_decisions_total", {"action": "allow"}) == 2
+
+
+async def test_copies_joining_a_model_call_count_as_inflight_hits(pipeline: Pipeline) -> None:
+    await pipeline.process([message(i, "see you all tomorrow") for i in range(4)])
+    sample = pipeline.metrics.registry.get_sample_value
+    assert sample("moderator_cache_requests_total", {"level": "inflight", "result": "hit"}) == 3
+
+
+async def test_an_unkeyed_record_is_keyed_by_its_channel(pipeline: Pipeline) -> None:
+    keyed, unkeyed = message(0, "gg"), message(1, "gg")._replace(key=None)
+    outcomes = await pipeline.process([keyed._replace(key=b"mine"), unkeyed])
+    assert [o.key for o in outcomes] == [b"mine", b"c-1"]
