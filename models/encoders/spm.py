@@ -89,7 +89,9 @@ def _double_array(root: dict[int, object]) -> list[int]:
                 assert isinstance(child, dict)
                 units[slot] = label
                 queue.append((slot, child))
-    return [int(u) for u in units[: int(np.flatnonzero(taken).max()) + 1]]
+    # tokenizers reads unit base ^ byte for any byte without a bounds check: cover each block
+    end = int(max(np.flatnonzero(taken).max(), np.flatnonzero(used).max()) | 0xFF) + 1
+    return [int(u) for u in units[:end]]
 
 
 def _class(codepoints: Iterable[int]) -> str:
