@@ -11,9 +11,12 @@ What e5.c's `tok_content` does, and the `tokenizers` piece that does the same he
   `Split` that isolates each such character (Unigram alone fuses a run of them into one `<unk>`).
 - `<s> ... </s>` around the content (XLM-R's template).
 
-Known difference: `Precompiled` maps a grapheme shorter than 6 bytes whose first codepoint is in
-the map to that codepoint's replacement alone (spm_precompiled's rule, kept for XLM-R parity), so
-"\\r\\n" reads as one space where e5.c reads two (collapsed to one anyway).
+Known differences: `Precompiled` maps a grapheme shorter than 6 bytes whose first codepoint is in
+the map to that codepoint's replacement alone (spm_precompiled's rule, kept for XLM-R parity):
+a combining mark after a compatibility form is dropped ("\\uff41\\u0301" -> "a", e5.c "á"),
+"\\r\\n" is one space (e5.c: two, collapsed to one); none occurs in the check's lines. An empty
+text is `<s> </s>` here, `<s> ▁ </s>` in e5.c. Cost: 0.023 ms a chat line, 0.83x MiniLM's
+tokenizer (`e5check`); loading the 17 MB tokenizer.json takes 1.3 s (MiniLM's: 0.04 s).
 """
 
 from __future__ import annotations
