@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,27 +323,3 @@ def _convert(f: dataclasses.Field[Any], raw: Any, env_name: str) -> Any:
     except ValueError:
         name = getattr(kind, "__name__", str(kind))
         raise ConfigError(f"{env_name}: {raw!r} is not a valid {name}") from None
-
-
-def add_setting_flags(parser: argparse.ArgumentParser, only: Collection[str] = ()) -> None:
-    """One `--flag` per setting (`only` those named, if any: a command offers the settings it
-    reads), each defaulting to 'not given' so the environment applies."""
-    group = parser.add_argument_group("settings (each also read from MODERATOR_<NAME>)")
-    for f in (f for f in dataclasses.fields(Settings) if not only or f.name in only):
-        flag = "--" + f.name.replace("_", "-")
-        env_name = ENV_PREFIX + f.name.upper()
-        group.add_argument(
-            flag,
-            dest=f.name,
-            default=None,
-            metavar=f.name.split("_")[-1].upper(),
-            help=f"{HELP[f.name]} [{env_name}, default: {f.default}]",
-        )
-
-
-def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
-    overrides = {
-        f.name: getattr(args, f.name) for f in dataclasses.fields(Settings) if hasattr(args, f.name)
-    }
-    overrides.update({k: v for k, v in extra.items() if v is not None})
-    return Settings.from_env(**overrides)

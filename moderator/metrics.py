@@ -24,10 +24,9 @@ from prometheus_client import (
 )
 
 from moderator.errors import ListenError
+from moderator.metric_families import NAMESPACE, Families
 from moderator.metric_wings import (
-    NAMESPACE,
     DecideMetrics,
-    Families,
     KafkaMetrics,
     PolicyMetrics,
     RedisMetrics,

@@ -21,10 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
 import orjson
 
-from moderator.decide.batcher import MicroBatcher, ModelResult
+from moderator.decide.batcher import MicroBatcher, ModelResult, gathered
 from moderator.decide.cache import ScoreCache
 from moderator.decide.classifier import Classifier, Scores
 from moderator.decide.degrade import Fallback
@@ -241,7 +240,7 @@ class Pipeline:
             if len(rows) == 1:
                 future = self.batcher.submit(rows[0])
             else:  # each window a row of the batcher, gathered into one result
-                future = asyncio.ensure_future(_gathered([self.batcher.submit(r) for r in rows]))
+                future = asyncio.ensure_future(gathered([self.batcher.submit(r) for r in rows]))
             self._model_calls[m.key] = future
             future.add_done_callback(functools.partial(self._model_call_done, m.key))
         else:
@@ -335,14 +334,3 @@ def _outcome(m: _Message, users: Escalated) -> Outcome:
         key = m.chat.channel_id.encode()
     value = orjson.dumps(record)
     return Outcome(key, value, carried_headers(m.record), action=users.action, decision=record)
-
-
-async def _gathered(calls: list[asyncio.Future[ModelResult]]) -> ModelResult:
-    """One result for a message's windows: a row per window, the longest wait and model time
-    (its windows mostly share batches)."""
-    results = await asyncio.gather(*calls)
-    return ModelResult(
-        np.stack([r.scores for r in results]),
-        max(r.queued_s for r in results),
-        max(r.score_s for r in results),
-    )

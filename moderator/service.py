@@ -24,8 +24,7 @@ from moderator.decide.batcher import MicroBatcher
 from moderator.decide.cache import ScoreCache
 from moderator.decide.classifier import Classifier
 from moderator.decide.degrade import fallback_for
-from moderator.decide.language import LanguageGate
-from moderator.decide.screen import Reader
+from moderator.decide.screen import reader_for
 from moderator.kafka.connect import Stoppable, start_client, stop_within
 from moderator.kafka.intake import Fetched, Intake
 from moderator.kafka.ledger import Entry
@@ -119,7 +118,7 @@ class Moderator:
         s, m, tasks = self.settings, self.metrics, self._tasks
         self._metrics_server = self._serve_metrics()
         classifier = await self._load_model()
-        reader = await asyncio.to_thread(reader_for, s, classifier)
+        reader = await asyncio.to_thread(reader_for, classifier, max_windows=s.max_windows)
         policies = PolicyBook.load(s.policy, classifier.labels)
         self._cache = cache = _cache(s, m.decide)
         await self._own(cache, cache.start())
@@ -307,11 +306,6 @@ def _cache(s: Settings, metrics: DecideMetrics) -> ScoreCache:
         l1_size=s.l1_cache_size,
         timeout_ms=s.redis_timeout_ms,
     )
-
-
-def reader_for(s: Settings, classifier: Classifier) -> Reader:
-    """How this process reads a message: windows up to the cap, the language gate (English)."""
-    return Reader(classifier, max_windows=s.max_windows, gate=LanguageGate())
 
 
 def _producer(s: Settings) -> AIOKafkaProducer:

@@ -151,6 +151,13 @@ def judge(reader: Reader, policy: Policy, screened: Screened, rows: Scores | Non
     return Judged(ruling, named, span, screened.truncated, screened.language)
 
 
+def reader_for(classifier: Classifier, *, max_windows: int = MAX_WINDOWS) -> Reader:
+    """How a process reads with `classifier`: windows up to the cap, and the language gate for
+    the languages its manifest names (English unless it names others). The gate takes ~0.5 s."""
+    gate = LanguageGate(classifier.info.languages)
+    return Reader(classifier, max_windows=max_windows, gate=gate)
+
+
 def decide_texts(reader: Reader, policy: Policy, texts: Sequence[str]) -> list[Judged]:
     """The decision on each text, the windows the model must score run as one padded batch."""
     screened = screen(reader, [(policy, Text(text)) for text in texts])

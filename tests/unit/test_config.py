@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from moderator.config import DEFAULT_THREADS, Settings, available_cores, settings_from_args
+from moderator.commandline import settings_from_args
+from moderator.config import DEFAULT_THREADS, Settings, available_cores
 from moderator.decide.windows import MAX_WINDOWS
 from moderator.errors import ConfigError
 
