@@ -48,6 +48,7 @@ FLOORS = (
     ("decide",),  # a text to the policy's ruling: the model, the score cache, the screen
     ("users",),  # escalation by user, and the users' state
     ("review",),  # held messages, verdicts, final decisions, overrides, the audit trail
+    ("shadow",),  # a candidate model scoring beside the primary, compared with it
     ("admin",),  # the operators' commands beside `moderator run`
     ("pipeline", "service", "workers", "cli", "__main__"),  # the one place that orders the wings
 )
