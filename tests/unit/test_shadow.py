@@ -30,6 +30,7 @@ from moderator.records import ChatMessage
 from moderator.shadow.agreement import Compared, Primary, compare, record
 from moderator.shadow.scorer import Shadow, read
 from tests.candidate import LANGUAGES, SWAPPED, candidate_model
+from tests.contract import check_shadow
 from tests.unit.test_pipeline import Record, message, old_message
 from tests.waiting import eventually
 
@@ -176,9 +177,12 @@ def test_a_disagreement_record_holds_ids_actions_reasons_and_top_scores(
         "at_ms": 42,
     }
     assert got["primary"]["top"]["label"] in reader.classifier.labels
+    check_shadow(orjson.loads(orjson.dumps(got)))  # as the topic holds it
     unscored = primary._replace(scores={}, language=None)
     assert record(unscored, shadow, "x@1", 42)["primary"]["top"] is None
-    assert record(unscored, shadow._replace(language=None), "x@1", 42)["language"] is None
+    neither = record(unscored, shadow._replace(language=None), "x@1", 42)
+    assert neither["language"] is None
+    check_shadow(neither)
 
 
 def test_each_message_is_read_under_its_own_channels_policy(candidate: Reader) -> None:
