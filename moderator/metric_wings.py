@@ -318,13 +318,18 @@ class ShadowMetrics(Wing):
                 "language",
             )
         )
-        self.disagreed = f.counter(
-            "shadow_disagreements", "Messages the shadow decided otherwise than the primary"
+        self.disagreed = ByLabel(  # by (label, language), as the two above
+            f.counter(
+                "shadow_disagreements",
+                "Messages the shadow decided otherwise than the primary, by label or reason and "
+                "by language (as in shadow_decisions_total and shadow_languages_total)",
+                "label",
+                "language",
+            )
         )
         self.skipped = f.counter(
             "shadow_skipped",
-            "Messages the shadow did not compare: its queue was full (it sheds), or it failed "
-            "on them",
+            "Messages the shadow did not compare: its queue was full, or it failed",
         )
         self.queued = f.gauge("shadow_queued", "Messages waiting for the shadow")
         records = f.counter(
@@ -335,6 +340,8 @@ class ShadowMetrics(Wing):
     def precreate(self, actions: Iterable[str], labels: Iterable[str]) -> None:
         """Every pair of `actions` by each of the model's `labels` and reasons, at 0."""
         actions, labels = tuple(actions), (*labels, *SHADOW_REASONS)
+        for label in labels:
+            self.disagreed[label, UNNAMED_LANGUAGE]
         for primary in actions:
             for shadow in actions:
                 self.by_language[primary, shadow, UNNAMED_LANGUAGE]

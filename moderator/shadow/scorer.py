@@ -133,7 +133,7 @@ class Shadow:
         m.by_language[pair.primary, pair.shadow, pair.language].inc()
         if pair.agreed:
             return
-        m.disagreed.inc()
+        m.disagreed[pair.label, pair.language].inc()
         if self.producer is not None:
             value = orjson.dumps(record(primary, shadow, self.model, int(time.time() * 1000)))
             await self._send(primary.chat.channel_id.encode(), value)
