@@ -140,6 +140,12 @@ def test_the_candidate_is_a_model_directory_the_loader_accepts(
     (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "languages": []}))
     with pytest.raises(ModelError, match="'languages'"):
         ModelInfo.load(tmp_path)
+    unknown = candidate.classifier.model_dir.parent / "unknown-language"
+    candidate_model(unknown)
+    manifest = json.loads((unknown / "manifest.json").read_text())
+    (unknown / "manifest.json").write_text(json.dumps({**manifest, "languages": ["en", "xx"]}))
+    with pytest.raises(ModelError, match=r"'languages'.*xx"):
+        reader_for(Classifier(unknown))
 
 
 def test_a_pair_is_counted_by_the_reason_that_acted_and_the_language_a_gate_named(
