@@ -6,7 +6,8 @@ primary's decisions are made; a full queue sheds the message and counts it
 a commit. Workers take what waits, a batch at a time, and read it on the shadow's own threads
 (`shadow_threads`, one ONNX thread each) the way `moderator score` does (screen, windows,
 language gate from the shadow's own manifest, the model, then the channel's policy:
-decide/screen.py), so its tokenizing and language detection stay off the event loop too. Each
+decide/screen.py), so its tokenizing and language detection stay off the event loop too (their
+Python parts still take turns with it for the GIL: the benchmark is to say what that costs). Each
 pair is counted (moderator/shadow/agreement.py); a disagreement is handed to the producer the
 primary's decisions use, and not awaited: its delivery is counted when it lands.
 
@@ -37,7 +38,7 @@ from moderator.tasks import cancel
 
 log = logging.getLogger(__name__)
 
-THREAD_NAME = "shadow"  # the shadow's scoring threads, as `top -H` shows them
+THREAD_NAME = "shadow"  # the shadow's threads' Python names (py-spy, threading.enumerate)
 WARN_EVERY_S = 60.0
 
 

@@ -118,8 +118,9 @@ async def test_the_shadow_scores_the_stream_beside_the_primary_and_reports_its_d
         # Exactly the primary's decision, once per input: what the primary reads offline.
         policy = Policy.load()
         everything = await read_to_end(s.kafka_bootstrap, s.out_topic)
-        first = [orjson.loads(r.value) for r in everything]
-        assert Counter(d["message_id"] for d in first if not d["final"]) == dict.fromkeys(sent, 1)
+        published = [orjson.loads(r.value) for r in everything]
+        once = Counter(d["message_id"] for d in published if not d["final"])
+        assert once == dict.fromkeys(sent, 1)
         primary = reader_for(classifier)
         expected = [decide_texts(primary, policy, [sent[i]["text"]])[0] for i in sent]
         for message_id, want in zip(sent, expected, strict=True):
@@ -144,10 +145,9 @@ async def test_the_shadow_scores_the_stream_beside_the_primary_and_reports_its_d
         shadow_records = await asyncio.to_thread(
             read_shadow_topic, s.kafka_bootstrap, shadow_topic, n
         )
-        sent_records = {"result": "sent"}
+        delivered = "moderator_shadow_records_total"
         await eventually(
-            lambda: sum_of(registry, "moderator_shadow_records_total", **sent_records) == n,
-            "their deliveries counted",
+            lambda: sum_of(registry, delivered, result="sent") == n, "their deliveries counted"
         )
         assert len(await read_to_end(s.kafka_bootstrap, shadow_topic)) == n, "one per message"
         assert sum_of(registry, "moderator_shadow_records_total", result="failed") == 0
