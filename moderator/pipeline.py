@@ -6,7 +6,8 @@ moderators' overrides of the same text (moderator/review/overrides.py), screen e
 terms or empty text decide without the model, a long text is cut into windows, the language gate
 names a language the model does not read; moderator/decide/screen.py, shared with
 `moderator score`), look the scores of the rest up in the cache, send the misses to the model (each
-window a row of the micro-batcher, gathered; identical texts are scored once), apply the policy,
+window a row of the micro-batcher, gathered; identical texts are scored once:
+moderator/decide/calls.py), apply the policy,
 count strikes and move an action up past the policy's limit (the users' rules again), encode the
 decision, hold each `review` decision with its channel's context (moderator/review/hold.py), and
 offer what the model read to the shadow model, if any (moderator/shadow/). No Kafka here: the
@@ -16,7 +17,6 @@ service feeds records in and publishes the outcomes in the same order.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,8 +24,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from moderator.decide.batcher import MicroBatcher, ModelResult, gathered
+from moderator.decide.batcher import MicroBatcher, ModelResult
 from moderator.decide.cache import ScoreCache
+from moderator.decide.calls import ModelCalls
 from moderator.decide.classifier import Classifier, Scores
 from moderator.decide.degrade import Fallback
 from moderator.decide.screen import Judged, Reader, Screened, judge, screen
@@ -106,6 +107,7 @@ class Pipeline:
         self.policies = policies if isinstance(policies, PolicyBook) else PolicyBook(policies)
         self.batcher = batcher
         self.cache = cache
+        self.calls = ModelCalls(batcher, cache, metrics)  # single flight, by cache key
         self.metrics = metrics
         self.max_record_bytes = max_record_bytes
         self.budget_ms = budget_ms
@@ -116,13 +118,6 @@ class Pipeline:
         self.shadow = shadow  # moderator/shadow/: a second model, handed what the primary decided
         self.model_ident = classifier.info.ident
         self.model_sha256 = classifier.info.sha256  # what the cache keys on
-        self._model_calls: dict[bytes, asyncio.Future[ModelResult]] = {}  # by cache key
-
-    def _model_call_done(self, key: bytes, future: asyncio.Future[ModelResult]) -> None:
-        """A model result landed: cache it (once per model call) and end its single flight."""
-        self._model_calls.pop(key, None)
-        if not future.cancelled() and future.exception() is None:
-            self.cache.put_many([(key, future.result().scores)])
 
     async def process(self, records: Sequence[InboundRecord]) -> list[Outcome]:
         """Outcomes for `records`, in the same order. Batches run concurrently; their users'
@@ -240,20 +235,8 @@ class Pipeline:
     def _submit(self, m: _Message) -> None:
         """Send `m` to the model, or, single flight, join the call already scoring its text (from
         this batch or an earlier one): that message then counts as cached."""
-        future = self._model_calls.get(m.key)
-        m.owner = future is None
-        if future is None:
-            assert m.screened is not None
-            rows = m.screened.rows
-            if len(rows) == 1:
-                future = self.batcher.submit(rows[0])
-            else:  # each window a row of the batcher, gathered into one result
-                future = asyncio.ensure_future(gathered([self.batcher.submit(r) for r in rows]))
-            self._model_calls[m.key] = future
-            future.add_done_callback(functools.partial(self._model_call_done, m.key))
-        else:
-            self.metrics.inflight_hit.inc()
-        m.model_call = future
+        assert m.screened is not None
+        m.model_call, m.owner = self.calls.call(m.key, m.screened.rows)
 
     def _decide_on_scores(
         self,

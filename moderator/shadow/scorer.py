@@ -32,7 +32,8 @@ from moderator.decide.classifier import Classifier
 from moderator.decide.screen import Judged, Reader, decide_texts, reader_for
 from moderator.kafka.connect import Sender
 from moderator.kafka.topics import ensure_topics
-from moderator.metric_wings import DEFAULT_ACTIONS, ShadowMetrics
+from moderator.metric_models import ShadowMetrics
+from moderator.metric_wings import DEFAULT_ACTIONS
 from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, record
 from moderator.tasks import cancel
 

@@ -39,7 +39,7 @@ OUTSIDE = ("devstack", "loadgen", "models", "bench", "chaos", "tests")
 # at the top of moderator/ are named here one by one, so a new module's room is a choice.
 BASE = (  # below every wing: errors, records, settings, logging, the loop, tasks, metrics
     *("errors", "normalize", "records", "config", "redaction", "logs", "loop", "tasks"),
-    *("turns", "metric_families", "metric_wings", "metrics", "commandline"),
+    *("turns", "metric_families", "metric_wings", "metric_models", "metrics", "commandline"),
 )
 FLOORS = (
     BASE,

@@ -22,7 +22,7 @@ from moderator.decide.classifier import Classifier, ModelInfo
 from moderator.decide.degrade import Fallback
 from moderator.decide.screen import Judged, Reader, decide_texts, reader_for
 from moderator.errors import ModelError
-from moderator.metric_wings import ShadowMetrics
+from moderator.metric_models import ShadowMetrics
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy.rules import Policy, Ruling, read_spec
