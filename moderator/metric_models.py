@@ -1,4 +1,5 @@
-"""What the models' wing counts: the shadow model beside the primary (moderator/shadow/).
+"""What the models' wing counts: the shadow model beside the primary, and the rollout records
+that switch them (moderator/shadow/).
 
 Apart from moderator/metric_wings.py, which counts a message's path, because these count the
 models themselves: how two models' actions compare, and which model decides.
@@ -14,6 +15,9 @@ from moderator.metric_families import ByLabel, Families, Wing
 # allowed, and `unnamed` for a message neither language gate named (moderator/shadow/agreement.py).
 SHADOW_REASONS = ("truncated", "unsupported_language", "deny", "empty_text", "none")
 UNNAMED_LANGUAGE = "unnamed"
+# A rollout record (moderator/shadow/switch.py): what it did, and why one was refused.
+ROLLOUT_RESULTS = ("switched", "unchanged", "refused")
+ROLLOUT_REFUSALS = ("invalid", "not_found", "sha256", "load", "self_check")
 
 
 class ShadowMetrics(Wing):
@@ -70,3 +74,33 @@ class ShadowMetrics(Wing):
                 self.by_language[primary, shadow, UNNAMED_LANGUAGE]
                 for label in labels:
                     self.by_label[primary, shadow, label]
+
+
+class RolloutMetrics(Wing):
+    """The rollout records this instance applied (moderator/shadow/switch.py)."""
+
+    def __init__(self, f: Families) -> None:
+        super().__init__(f)
+        self.records = ByLabel(
+            f.counter(
+                "rollout_records",
+                "Rollout records read: switched (the primary and the shadow changed), unchanged "
+                "(in effect already) or refused (the models in effect stay)",
+                "result",
+            ),
+            *ROLLOUT_RESULTS,
+        )
+        self.refused = ByLabel(
+            f.counter(
+                "rollout_refused",
+                "Rollout records refused, by why: not a valid record (invalid), a model this "
+                "instance does not have (not_found), has with another sha256 (sha256), cannot "
+                "load (load), or whose check lines score otherwise than recorded (self_check)",
+                "reason",
+            ),
+            *ROLLOUT_REFUSALS,
+        )
+        self.switch_delay = f.gauge(
+            "rollout_switch_delay_seconds",
+            "From the last applied rollout record's at_ms to the switch on this instance",
+        )

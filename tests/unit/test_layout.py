@@ -59,7 +59,7 @@ FLOOR = {name: floor for floor, names in enumerate(FLOORS) for name in names}
 MAX_FLOOR_DEPTH = 4
 MAX_FORMATTER_ESCAPES = 10
 TOOLS = ("console", "devstack", "loadgen", "models")  # the dev-tools distribution's packages
-RUNTIME_COMMANDS = {"run", "score", "policy", "override", "verdicts"}
+RUNTIME_COMMANDS = {"run", "score", "policy", "override", "verdicts", "rollout"}
 # What a copy of the checkout for a wheel build leaves out: VCS, venvs, build outputs, caches.
 NOT_SOURCES = shutil.ignore_patterns(
     ".git", ".venv", "build", "mutants", "node_modules", "__pycache__", "*.egg-info", ".*_cache"

@@ -399,7 +399,7 @@ async def test_the_pipeline_offers_what_the_model_read_and_decides_as_without_a_
             got += await pipeline.process(late)
             outcomes.append([o.value for o in got])
         finally:
-            await pipeline.batcher.stop()
+            await pipeline.model.calls.batcher.stop()
     assert outcomes[1][len(TEXTS)] == b"{broken"  # a dead letter, untouched
     assert [decided(v) for v in outcomes[1] if v != b"{broken"] == [
         decided(v) for v in outcomes[0] if v != b"{broken"
