@@ -114,12 +114,27 @@ def resolve(pair: Pair, available: Mapping[ModelRef, Path]) -> tuple[Path, Path]
     return found[0], found[1]
 
 
-def load(directory: Path, ref: ModelRef, threads: int, s: Settings) -> Reader:
-    """The model in `directory`, loaded, checked against `ref`, self-checked and warmed up; Refused
-    (`load`, `sha256`, `self_check`) otherwise. Runs on a thread."""
+def load(
+    directory: Path,
+    ref: ModelRef,
+    threads: int,
+    s: Settings,
+    *,
+    like: Reader | None = None,
+    warm: bool = True,
+) -> Reader:
+    """The model in `directory`, loaded, checked against `ref` and self-checked, then warmed up
+    (not for the shadow's role: its first batches may pay for their shapes, off the path);
+    Refused (`load`, `sha256`, `self_check`) otherwise. Runs on a thread.
+
+    The language gate of `like` (the reader that had this model in its other role) is reused
+    when it reads the same languages: building one takes ~0.8 s, most of a switch's time."""
     try:
         classifier = Classifier(directory, threads=threads)
-        reader = reader_for(classifier, max_windows=s.max_windows)
+        if like is not None and like.gate is not None and _same_gate(like, classifier):
+            reader = Reader(classifier, max_windows=s.max_windows, gate=like.gate)
+        else:
+            reader = reader_for(classifier, max_windows=s.max_windows)
     except Exception as exc:
         raise Refused("load", f"{ref}: {directory} fails to load: {exc}") from exc
     if ref_of(classifier) != ref:  # its manifest changed on disk since the instance started
@@ -131,8 +146,14 @@ def load(directory: Path, ref: ModelRef, threads: int, s: Settings) -> Reader:
     if wrong:
         shown = "; ".join(wrong[:3])
         raise Refused("self_check", f"{ref}: {directory}: self-check failed ({shown})")
-    classifier.warm_up(s.max_batch)
+    if warm:
+        classifier.warm_up(s.max_batch)
     return reader
+
+
+def _same_gate(reader: Reader, classifier: Classifier) -> bool:
+    assert reader.gate is not None
+    return reader.gate.supported == set(classifier.info.languages)
 
 
 class ModelSwitch:
@@ -252,9 +273,14 @@ class ModelSwitch:
 
     def _load(self, pair: Pair) -> tuple[Reader, Reader]:
         primary_dir, shadow_dir = resolve(pair, self.available)
-        s = self.settings
-        primary = load(primary_dir, pair.primary, s.scoring_layout[0], s)
-        return primary, load(shadow_dir, pair.shadow, 1, s)
+        s, readers = self.settings, [self.pipeline.model.reader]
+        if self.shadow is not None:
+            readers.append(self.shadow.reader)
+        held = {ref_of(r.classifier): r for r in readers}  # what each model reads with now
+        threads = s.scoring_layout[0]
+        primary = load(primary_dir, pair.primary, threads, s, like=held.get(pair.primary))
+        shadow = load(shadow_dir, pair.shadow, 1, s, like=held.get(pair.shadow), warm=False)
+        return primary, shadow
 
     async def _use(self, primary: Reader, shadow: Reader) -> None:
         """The new primary decides the batches that start from now on; the old one's batcher
