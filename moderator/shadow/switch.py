@@ -258,7 +258,9 @@ class ModelSwitch:
         try:
             if pair is None or self.shadow is None:
                 raise Refused("not_found", "this instance has no shadow model to switch to")
-            primary, shadow = await asyncio.to_thread(self._load, pair)
+            readers = [self.pipeline.model.reader, self.shadow.reader]
+            held = {ref_of(r.classifier): r for r in readers}  # what each model reads with now
+            primary, shadow = await asyncio.to_thread(self._load, pair, held)
         except Refused as exc:
             rollout_m.refused[exc.reason].inc()
             rollout_m.records["refused"].inc()
@@ -271,12 +273,10 @@ class ModelSwitch:
         rollout_m.switch_delay.set(after_s)
         log.info("rollout %s: %s, %.2f s after the record", who, self._in_effect(), after_s)
 
-    def _load(self, pair: Pair) -> tuple[Reader, Reader]:
+    def _load(self, pair: Pair, held: Mapping[ModelRef, Reader]) -> tuple[Reader, Reader]:
+        """Both models of `pair`, checked (on a thread)."""
         primary_dir, shadow_dir = resolve(pair, self.available)
-        s, readers = self.settings, [self.pipeline.model.reader]
-        if self.shadow is not None:
-            readers.append(self.shadow.reader)
-        held = {ref_of(r.classifier): r for r in readers}  # what each model reads with now
+        s = self.settings
         threads = s.scoring_layout[0]
         primary = load(primary_dir, pair.primary, threads, s, like=held.get(pair.primary))
         shadow = load(shadow_dir, pair.shadow, 1, s, like=held.get(pair.shadow), warm=False)

@@ -15,12 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
+from moderator.admin.rollout_admin import checked, local_ref
 from moderator.config import Settings
 from moderator.decide.batcher import MicroBatcher
 from moderator.decide.cache import ScoreCache
 from moderator.decide.classifier import Classifier
 from moderator.decide.screen import reader_for
 from moderator.decide.selfcheck import FIELD, failures, recorded
+from moderator.errors import ConfigError, ModelError
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy.rules import Policy
@@ -159,6 +161,22 @@ def test_a_directory_that_fails_to_load_or_changed_since_the_start_is_refused(
     with pytest.raises(Refused, match="now holds chat-minilm-candidate@retrained") as changed:
         load(renamed, ref, 1, settings)
     assert changed.value.reason == "sha256"
+
+
+def test_the_command_names_a_model_by_its_directory_and_writes_nothing_for_one_not_here(
+    classifier: Classifier, tmp_path: Path
+) -> None:
+    here = local_ref(classifier.model_dir)
+    assert here == ref_of(classifier)
+    other = here._replace(model="other@1")
+    pair = Pair(here, other)
+    assert checked(pair, {here: classifier.model_dir, other: tmp_path}) == pair
+    with pytest.raises(ConfigError, match=r"the shadow would be other@1 .* nothing written"):
+        checked(pair, {here: classifier.model_dir})
+    stale = candidate_model(tmp_path / "stale")
+    (stale / "model.onnx").write_bytes(b"not the graph its manifest names")
+    with pytest.raises(ModelError, match="not its manifest's"):
+        local_ref(stale)
 
 
 @pytest.fixture
