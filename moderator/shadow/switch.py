@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,8 +38,6 @@ from moderator.shadow.scorer import Shadow
 from moderator.tasks import cancel
 
 log = logging.getLogger(__name__)
-
-Watch = Callable[[asyncio.Task[Any]], object]
 
 
 class Refused(ModeratorError):
@@ -84,6 +82,12 @@ class Deciding:
     async def idle(self) -> None:
         """Return once no batch holds this model."""
         await self._idle.wait()
+
+
+class Watch(Protocol):
+    """The supervisor's `watch`: a task that may not die silently (`may_end`: nor end early)."""
+
+    def __call__(self, task: asyncio.Task[Any], /, *, may_end: bool = False) -> object: ...
 
 
 class Decides(Protocol):
@@ -304,6 +308,7 @@ class ModelSwitch:
         threads = str(primary.classifier.threads)
         m.model.info({"name": info.name, "version": info.version, "threads": threads})
         retiring = asyncio.create_task(self._retire(old), name="moderator-rollout-retire")
+        self._watch(retiring, may_end=True)
         self._retiring.add(retiring)
         retiring.add_done_callback(self._retiring.discard)
 

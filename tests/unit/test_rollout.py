@@ -199,7 +199,11 @@ async def parts(
         budget_ms=50, shadow=shadow,
     )  # fmt: skip
     watched: list[asyncio.Task[Any]] = []
-    switch = ModelSwitch(settings, metrics, pipeline, shadow, cache, watched.append)
+
+    def watch(task: asyncio.Task[Any], /, *, may_end: bool = False) -> None:
+        watched.append(task)
+
+    switch = ModelSwitch(settings, metrics, pipeline, shadow, cache, watch)
     await switch.start()
     try:
         yield pipeline, shadow, switch, metrics
@@ -207,7 +211,8 @@ async def parts(
         await switch.stop()
         await shadow.stop()
         await batcher.stop()
-    assert all(not t.done() or t.cancelled() for t in watched), "no batcher task failed"
+    failed = [t for t in watched if t.done() and not t.cancelled() and t.exception()]
+    assert failed == [], "no task the switch started failed"
 
 
 def counted(metrics: Metrics, name: str, **labels: str) -> float:
