@@ -1,5 +1,6 @@
-"""`moderator run | score | policy`, and the commands other packages register (`dev`, `demo`,
-`model`): the command line. The only place logging is configured."""
+"""`moderator run | score | policy | override | verdicts | rollout`, and the commands other
+packages register (`dev`, `demo`, `model`): the command line. The only place logging is
+configured."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import orjson
 
 from moderator import __version__, logs, loop
-from moderator.admin import override_admin, policy_admin, score, verdict_export
+from moderator.admin import override_admin, policy_admin, rollout_admin, score, verdict_export
 from moderator.commandline import (
     KAFKA_CONNECTION,
     add_setting_flags,
@@ -106,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     score.register(sub)
     override_admin.register(sub)
     verdict_export.register(sub)
+    rollout_admin.register(sub)
     _register_policy(sub)
     for plugin in sorted(entry_points(group=COMMANDS), key=lambda ep: ep.name):
         plugin.load()(sub)

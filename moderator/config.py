@@ -32,9 +32,13 @@ def available_cores() -> int:
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 OFFSET_RESETS = ("earliest", "latest")
-_TOPIC_ROLES = ("in", "out", "dlq", "policy", "review", "verdict", "override", "audit", "shadow")
+_TOPIC_ROLES = (
+    *("in", "out", "dlq", "policy", "review", "verdict", "override", "audit", "shadow", "rollout"),
+)
 TOPICS = tuple(f"{role}_topic" for role in _TOPIC_ROLES)  # checked in this order
-OPTIONAL_TOPICS = ("policy_topic", "override_topic", "audit_topic", "shadow_topic")  # empty: off
+OPTIONAL_TOPICS = (  # empty: off
+    *("policy_topic", "override_topic", "audit_topic", "shadow_topic", "rollout_topic"),
+)
 # What a late cache miss gets under overload (decide/degrade.py); `off` waits for the model.
 DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
@@ -98,6 +102,8 @@ HELP = {
     "counted only",
     "shadow_threads": "threads the shadow model scores on, besides the primary's",
     "shadow_queue": "messages waiting for the shadow, at most; past it they are skipped (counted)",
+    "rollout_topic": "compacted control topic naming which model decides and which shadows it, "
+    "read whole at start and followed; empty: the model settings only",
 }
 
 
@@ -154,6 +160,7 @@ class Settings:
     shadow_topic: str = "chat.shadow"
     shadow_threads: int = 1
     shadow_queue: int = 1000
+    rollout_topic: str = "chat.rollout"
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:

@@ -43,10 +43,6 @@ HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none"
 OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # review/overrides.py ACTIONS (a verdict's)
 USER_RULES = ("muted", "rate_limited", "spam", "link", "escalated")  # moderator/users/escalation.py
 USER_STEPS = ("before", "after")
-# What the shadow's comparison names besides a model label: a reason's head, `none` when both
-# allowed, and `unnamed` for a message neither language gate named (moderator/shadow/agreement.py).
-SHADOW_REASONS = ("truncated", "unsupported_language", "deny", "empty_text", "none")
-UNNAMED_LANGUAGE = "unnamed"
 # Who makes a Redis round trip besides the users' state (its own counter, by step): the score
 # cache's reads (one MGET per batch with L1 misses) and background writes, the per-batch hold
 # (context rings and held messages), a verdict applied, and the timeout sweep.
@@ -291,59 +287,3 @@ class ReviewMetrics(Wing):
         for label in (*labels, *HOLD_REASONS):
             for verdict in self._verdicts:
                 self.verdicts["review", verdict, label]
-
-
-class ShadowMetrics(Wing):
-    """The shadow model beside the primary (moderator/shadow/): how their actions compare, what
-    it skipped, and its disagreement records."""
-
-    def __init__(self, f: Families) -> None:
-        super().__init__(f)
-        pair = ("primary_action", "shadow_action")
-        self.by_label = ByLabel(  # by (primary action, shadow action, label): see precreate
-            f.counter(
-                "shadow_decisions",
-                "Messages both models decided, by the primary's action, the shadow's, and the "
-                "label or reason that acted (the primary's, else the shadow's; none: both allowed)",
-                *pair,
-                "label",
-            )
-        )
-        self.by_language = ByLabel(  # by (primary action, shadow action, language)
-            f.counter(
-                "shadow_languages",
-                "Messages both models decided, by the primary's action, the shadow's, and the "
-                "language a gate named (the primary's, else the shadow's; unnamed: neither did)",
-                *pair,
-                "language",
-            )
-        )
-        self.disagreed = ByLabel(  # by (label, language), as the two above
-            f.counter(
-                "shadow_disagreements",
-                "Messages the shadow decided otherwise than the primary, by label or reason and "
-                "by language (as in shadow_decisions_total and shadow_languages_total)",
-                "label",
-                "language",
-            )
-        )
-        self.skipped = f.counter(
-            "shadow_skipped",
-            "Messages the shadow did not compare: its queue was full, or it failed",
-        )
-        self.queued = f.gauge("shadow_queued", "Messages waiting for the shadow")
-        records = f.counter(
-            "shadow_records", "Disagreement records sent (fire and forget) or failed", "result"
-        )
-        self.records_sent, self.records_failed = records.labels("sent"), records.labels("failed")
-
-    def precreate(self, actions: Iterable[str], labels: Iterable[str]) -> None:
-        """Every pair of `actions` by each of the model's `labels` and reasons, at 0."""
-        actions, labels = tuple(actions), (*labels, *SHADOW_REASONS)
-        for label in labels:
-            self.disagreed[label, UNNAMED_LANGUAGE]
-        for primary in actions:
-            for shadow in actions:
-                self.by_language[primary, shadow, UNNAMED_LANGUAGE]
-                for label in labels:
-                    self.by_label[primary, shadow, label]

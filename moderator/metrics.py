@@ -1,6 +1,7 @@
 """Prometheus metrics and the tiny HTTP endpoint serving /metrics, /healthz and /readyz.
 
-The metrics live in wings (moderator/metric_wings.py); `Metrics` owns their one registry.
+The metrics live in wings (moderator/metric_wings.py, metric_models.py); `Metrics` owns their
+one registry.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from prometheus_client import (
 
 from moderator.errors import ListenError
 from moderator.metric_families import NAMESPACE, Families
+from moderator.metric_models import RolloutMetrics, ShadowMetrics
 from moderator.metric_wings import (
     DecideMetrics,
     KafkaMetrics,
     PolicyMetrics,
     RedisMetrics,
     ReviewMetrics,
-    ShadowMetrics,
     UserMetrics,
 )
 from moderator.records import VERDICTS
@@ -59,6 +60,7 @@ class Metrics:
         self.policy = PolicyMetrics(f)
         self.review = ReviewMetrics(f, self.redis, VERDICTS)
         self.shadow = ShadowMetrics(f)
+        self.rollout = RolloutMetrics(f)
         self.model = Info("model", "The model being served", namespace=NAMESPACE, registry=r)
         # process_* (memory, CPU, open fds, start time: restarts) and python_* (GC, version),
         # as the default registry has them; this registry is the one /metrics serves.

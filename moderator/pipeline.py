@@ -6,7 +6,8 @@ moderators' overrides of the same text (moderator/review/overrides.py), screen e
 terms or empty text decide without the model, a long text is cut into windows, the language gate
 names a language the model does not read; moderator/decide/screen.py, shared with
 `moderator score`), look the scores of the rest up in the cache, send the misses to the model (each
-window a row of the micro-batcher, gathered; identical texts are scored once), apply the policy,
+window a row of the micro-batcher, gathered; identical texts are scored once:
+moderator/decide/calls.py), apply the policy,
 count strikes and move an action up past the policy's limit (the users' rules again), encode the
 decision, hold each `review` decision with its channel's context (moderator/review/hold.py), and
 offer what the model read to the shadow model, if any (moderator/shadow/). No Kafka here: the
@@ -16,7 +17,6 @@ service feeds records in and publishes the outcomes in the same order.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,8 +24,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from moderator.decide.batcher import MicroBatcher, ModelResult, gathered
+from moderator.decide.batcher import MicroBatcher, ModelResult
 from moderator.decide.cache import ScoreCache
+from moderator.decide.calls import ModelCalls
 from moderator.decide.classifier import Classifier, Scores
 from moderator.decide.degrade import Fallback
 from moderator.decide.screen import Judged, Reader, Screened, judge, screen
@@ -49,6 +50,7 @@ from moderator.review.overrides import REASON as OVERRIDE_REASON
 from moderator.review.overrides import Overrides
 from moderator.shadow.agreement import Primary
 from moderator.shadow.scorer import Shadow
+from moderator.shadow.switch import Deciding
 from moderator.turns import Turn
 from moderator.users.escalation import Escalated, Escalation, UserTurns
 
@@ -69,6 +71,7 @@ class _Message:
     chat: ChatMessage
     text: Text  # its text, made once: every step reads its forms from it
     policy: Policy  # the channel's
+    model: Deciding  # the model that decides its batch
     screened: Screened | None = None  # its windows, when the model must score it
     key: bytes = b""  # its score cache key
     scores: Scores | None = None  # from the cache (one row, or a row per window)
@@ -97,14 +100,14 @@ class Pipeline:
         users: Escalation | None = None,
         shadow: Shadow | None = None,
     ) -> None:
-        self.classifier = classifier
-        self.reader = reader if reader is not None else Reader(classifier)
-        if (gate := self.reader.gate) is not None:  # every language it can name, at 0
+        reader = reader if reader is not None else Reader(classifier)
+        # The model that decides: a rollout record may switch it (moderator/shadow/switch.py).
+        self.model = Deciding(reader, ModelCalls(batcher, cache, metrics))
+        if (gate := reader.gate) is not None:  # every language it can name, at 0
             for code in gate.candidates:
                 if code not in gate.supported:
                     metrics.unsupported_language[code]  # bound, its series at 0
         self.policies = policies if isinstance(policies, PolicyBook) else PolicyBook(policies)
-        self.batcher = batcher
         self.cache = cache
         self.metrics = metrics
         self.max_record_bytes = max_record_bytes
@@ -114,44 +117,48 @@ class Pipeline:
         self.overrides = overrides
         self.users = users  # moderator/users/escalation.py: strikes, mute, flood, repeats, links
         self.shadow = shadow  # moderator/shadow/: a second model, handed what the primary decided
-        self.model_ident = classifier.info.ident
-        self.model_sha256 = classifier.info.sha256  # what the cache keys on
-        self._model_calls: dict[bytes, asyncio.Future[ModelResult]] = {}  # by cache key
 
-    def _model_call_done(self, key: bytes, future: asyncio.Future[ModelResult]) -> None:
-        """A model result landed: cache it (once per model call) and end its single flight."""
-        self._model_calls.pop(key, None)
-        if not future.cancelled() and future.exception() is None:
-            self.cache.put_many([(key, future.result().scores)])
+    def use(self, model: Deciding) -> None:
+        """Decide the batches that start from now on with `model` (those under way finish with
+        the one they started with, which they hold)."""
+        self.model = model
 
     async def process(self, records: Sequence[InboundRecord]) -> list[Outcome]:
-        """Outcomes for `records`, in the same order. Batches run concurrently; their users'
-        and review steps in the order they started (moderator/turns.py)."""
+        """Outcomes for `records`, in the same order, all decided by the model in use when it
+        began. Batches run concurrently; their users' and review steps in the order they started
+        (moderator/turns.py)."""
         turn = self.review.turn() if self.review is not None else None
         user_turns = self.users.turn() if self.users is not None else None
+        model = self.model
+        model.hold()
         try:
-            return await self._process(records, turn, user_turns)
+            return await self._process(records, model, turn, user_turns)
         finally:  # a batch that failed before a step lets the next go
+            model.release()
             if turn is not None:
                 turn.finish()
             if user_turns is not None:
                 user_turns.finish()
 
     async def _process(
-        self, records: Sequence[InboundRecord], turn: Turn | None, user_turns: UserTurns | None
+        self,
+        records: Sequence[InboundRecord],
+        model: Deciding,
+        turn: Turn | None,
+        user_turns: UserTurns | None,
     ) -> list[Outcome]:
         fetched = time.perf_counter()
-        slots = [self._parse(record) for record in records]
+        slots = [self._parse(record, model) for record in records]
         messages = [m for m in slots if isinstance(m, _Message)]
         undecided = await self._without_model(messages, fetched, user_turns)
-        await self._score(self._screen(undecided, fetched), fetched)
+        await self._score(self._screen(undecided, fetched, model), fetched)
         ordered = iter(await self._outcomes(messages, turn, user_turns))
         if self.shadow is not None:  # decided: queued for the shadow, never awaited
             read = [m for m in undecided if not _decided(m).fields["degraded"]]
             self.shadow.offer([_primary(m) for m in read])
         return [slot if isinstance(slot, Outcome) else next(ordered) for slot in slots]
 
-    def _parse(self, record: InboundRecord) -> Outcome | _Message:
+    def _parse(self, record: InboundRecord, model: Deciding) -> Outcome | _Message:
         """The message, its text made once and its channel's policy; or, invalid, a dead letter."""
         try:
             chat = parse_message(
@@ -159,7 +166,8 @@ class Pipeline:
             )
         except InvalidRecord as err:
             return dead_letter(record, err)
-        return _Message(record, chat, Text(chat.text), self.policies.for_channel(chat.channel_id))
+        policy = self.policies.for_channel(chat.channel_id)
+        return _Message(record, chat, Text(chat.text), policy, model)
 
     async def _without_model(
         self, messages: list[_Message], fetched: float, user_turns: UserTurns | None
@@ -181,14 +189,14 @@ class Pipeline:
             left = [m for m in left if m.decision is None]
         return left
 
-    def _screen(self, undecided: list[_Message], fetched: float) -> list[_Message]:
+    def _screen(self, undecided: list[_Message], fetched: float, model: Deciding) -> list[_Message]:
         """Decide what a deny term or an empty text decides; the rest to look up, with its keys."""
-        screened = screen(self.reader, [(m.policy, m.text) for m in undecided])
+        screened = screen(model.reader, [(m.policy, m.text) for m in undecided])
         for m, text in zip(undecided, screened, strict=True):
             if text.ruling is not None:
-                m.decision = self._decide(m, fetched, judge(self.reader, m.policy, text, None))
+                m.decision = self._decide(m, fetched, judge(model.reader, m.policy, text, None))
             else:
-                m.screened, m.key = text, text.key(self.model_sha256, self.reader)
+                m.screened, m.key = text, text.key(model.sha256, model.reader)
                 self.metrics.message_windows.observe(len(text.rows))
         return [m for m in undecided if m.decision is None]
 
@@ -240,20 +248,8 @@ class Pipeline:
     def _submit(self, m: _Message) -> None:
         """Send `m` to the model, or, single flight, join the call already scoring its text (from
         this batch or an earlier one): that message then counts as cached."""
-        future = self._model_calls.get(m.key)
-        m.owner = future is None
-        if future is None:
-            assert m.screened is not None
-            rows = m.screened.rows
-            if len(rows) == 1:
-                future = self.batcher.submit(rows[0])
-            else:  # each window a row of the batcher, gathered into one result
-                future = asyncio.ensure_future(gathered([self.batcher.submit(r) for r in rows]))
-            self._model_calls[m.key] = future
-            future.add_done_callback(functools.partial(self._model_call_done, m.key))
-        else:
-            self.metrics.inflight_hit.inc()
-        m.model_call = future
+        assert m.screened is not None
+        m.model_call, m.owner = m.model.calls.call(m.key, m.screened.rows)
 
     def _decide_on_scores(
         self,
@@ -267,7 +263,7 @@ class Pipeline:
     ) -> _Decision:
         """The policy's decision on `scores` (one row, or a row per window)."""
         assert m.screened is not None
-        judged = judge(self.reader, m.policy, m.screened, scores)
+        judged = judge(m.model.reader, m.policy, m.screened, scores)
         if judged.truncated:
             self.metrics.truncated.inc()
         if judged.language is not None:
@@ -295,7 +291,7 @@ class Pipeline:
         ruling = judged.ruling
         fields: dict[str, Any] = dict(
             scores=judged.scores,
-            model=self.model_ident,
+            model=m.model.ident,
             policy=m.policy.ident,
             cached=cached,
             degraded=degraded,

@@ -39,6 +39,7 @@ from moderator.review.hold import Review, review_for
 from moderator.review.overrides import Overrides, overrides_for
 from moderator.review.verdicts import VerdictIntake
 from moderator.shadow.scorer import Shadow, shadow_for
+from moderator.shadow.switch import ModelSwitch
 from moderator.tasks import Supervisor, cancel
 from moderator.users.escalation import Escalation
 
@@ -144,6 +145,8 @@ class Moderator:
             budget_ms=s.budget_ms, fallback=fallback_for(s), reader=reader, review=review,
             overrides=overrides, users=users, shadow=shadow,
         )  # fmt: skip
+        rollout = ModelSwitch(s, m, self._pipeline, shadow, cache, tasks.watch)
+        await self._own(rollout, rollout.start())  # its record in effect before the first fetch
         feed = await follow_policies(
             policies, s.policy_topic, s.kafka_options(), m.policy, s.topic_replication
         )

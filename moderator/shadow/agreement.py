@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from moderator.decide.screen import Judged
-from moderator.metric_wings import UNNAMED_LANGUAGE
+from moderator.metric_models import UNNAMED_LANGUAGE
 from moderator.policy.rules import Policy, Ruling
 from moderator.records import ChatMessage
 

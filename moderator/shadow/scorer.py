@@ -32,7 +32,8 @@ from moderator.decide.classifier import Classifier
 from moderator.decide.screen import Judged, Reader, decide_texts, reader_for
 from moderator.kafka.connect import Sender
 from moderator.kafka.topics import ensure_topics
-from moderator.metric_wings import DEFAULT_ACTIONS, ShadowMetrics
+from moderator.metric_models import ShadowMetrics
+from moderator.metric_wings import DEFAULT_ACTIONS
 from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, record
 from moderator.tasks import cancel
 
@@ -85,6 +86,12 @@ class Shadow:
         self.task: asyncio.Task[None] | None = None
         metrics.precreate(DEFAULT_ACTIONS, reader.classifier.labels)
 
+    def use(self, reader: Reader) -> None:
+        """Read with `reader` from now on (a rollout switched the models: moderator/shadow/
+        switch.py); a batch under way finishes with the model it began with."""
+        self.reader, self.model = reader, reader.classifier.info.ident
+        self.metrics.precreate(DEFAULT_ACTIONS, reader.classifier.labels)
+
     def offer(self, items: Sequence[Primary]) -> None:
         """Queue messages the primary decided; what does not fit is skipped and counted."""
         for item in items:
@@ -118,16 +125,17 @@ class Shadow:
             while len(batch) < self.max_batch and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             self.metrics.queued.set(self._queue.qsize())
+            reader = self.reader
             try:
-                judged = await running.run_in_executor(self._executor, read, self.reader, batch)
+                judged = await running.run_in_executor(self._executor, read, reader, batch)
             except Exception:  # noqa: BLE001 - a broken shadow is counted, never the primary's end
                 self.metrics.skipped.inc(len(batch))
                 self._warn()
                 continue
             for primary, shadow in zip(batch, judged, strict=True):
-                await self._compared(primary, shadow)
+                await self._compared(primary, shadow, reader.classifier.info.ident)
 
-    async def _compared(self, primary: Primary, shadow: Judged) -> None:
+    async def _compared(self, primary: Primary, shadow: Judged, model: str) -> None:
         pair = compare(primary, shadow)
         m = self.metrics
         m.by_label[pair.primary, pair.shadow, pair.label].inc()
@@ -136,7 +144,7 @@ class Shadow:
             return
         m.disagreed[pair.label, pair.language].inc()
         if self.producer is not None:
-            value = orjson.dumps(record(primary, shadow, self.model, int(time.time() * 1000)))
+            value = orjson.dumps(record(primary, shadow, model, int(time.time() * 1000)))
             await self._send(primary.chat.channel_id.encode(), value)
 
     async def _send(self, key: bytes, value: bytes) -> None:

@@ -51,6 +51,7 @@ async def settings(kafka: EmbeddedKafka, redis_server: EmbeddedRedis, model_dir:
         review_topic=f"chat.review.{run}",
         verdict_topic=f"chat.verdicts.{run}",
         override_topic=f"chat.overrides.{run}",  # one test's verdicts never steer another's
+        rollout_topic=f"chat.rollout.{run}",  # one test's promotion never switches another's
         group_id=f"moderator-{run}",
         metrics_port=0,
         commit_interval_s=0.2,

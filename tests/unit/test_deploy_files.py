@@ -214,8 +214,9 @@ def test_compose_creates_the_topics_the_scaling_assumes() -> None:
     assert partitions["chat.messages"] == base_notes["chat-moderator/input-partitions"]
     assert set(partitions) == {"chat.messages", "chat.decisions", "chat.messages.dlq",
                                "chat.policies", "chat.review", "chat.verdicts",
-                               "chat.overrides", "chat.audit", "chat.shadow"}  # fmt: skip
-    for compacted in ("chat.policies", "chat.overrides"):
+                               "chat.overrides", "chat.audit", "chat.shadow",
+                               "chat.rollout"}  # fmt: skip
+    for compacted in ("chat.policies", "chat.overrides", "chat.rollout"):
         line = next(line for line in script.splitlines() if f"--topic {compacted} " in line)
         assert "--config cleanup.policy=compact" in line
     line = next(line for line in script.splitlines() if "--topic chat.audit " in line)
@@ -296,7 +297,7 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
     resources = strimzi()
     topics = {t["metadata"]["name"]: t["spec"] for t in resources["KafkaTopic"]}
     settings = config("production")
-    roles = ("IN", "OUT", "DLQ", "POLICY", "REVIEW", "VERDICT", "OVERRIDE", "SHADOW")
+    roles = ("IN", "OUT", "DLQ", "POLICY", "REVIEW", "VERDICT", "OVERRIDE", "SHADOW", "ROLLOUT")
     names = [settings[f"MODERATOR_{n}_TOPIC"] for n in roles]
     audit = settings.get("MODERATOR_AUDIT_TOPIC", Settings().audit_topic)  # the console's
     assert set(topics) == {*names, audit}
@@ -312,7 +313,8 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
     for name, spec in topics.items():
         assert spec["replicas"] == replicas, name
         assert int(spec["config"]["min.insync.replicas"]) == replicas - 1, name
-    for compacted in (settings["MODERATOR_POLICY_TOPIC"], settings["MODERATOR_OVERRIDE_TOPIC"]):
+    compacted_roles = ("POLICY", "OVERRIDE", "ROLLOUT")
+    for compacted in (settings[f"MODERATOR_{role}_TOPIC"] for role in compacted_roles):
         assert topics[compacted]["partitions"] == 1, compacted
         assert COMPACTED.items() <= topics[compacted]["config"].items(), compacted
     for resource in (*resources["KafkaTopic"], *resources["KafkaUser"]):
@@ -341,11 +343,28 @@ def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
         ("topic", settings["MODERATOR_VERDICT_TOPIC"]): {"Read", "Describe"},
         ("topic", settings["MODERATOR_OVERRIDE_TOPIC"]): {"Read", "Write", "Describe"},
         ("topic", settings["MODERATOR_SHADOW_TOPIC"]): {"Write", "Describe"},
+        ("topic", settings["MODERATOR_ROLLOUT_TOPIC"]): {"Read", "Describe"},
         ("group", settings["MODERATOR_GROUP_ID"]): {"Read", "Describe"},
         ("group", settings["MODERATOR_GROUP_ID"] + GROUP_SUFFIX): {"Read", "Describe"},
     }
     assert all(a["resource"].get("patternType") == "literal"
                for a in user["spec"]["authorization"]["acls"])  # fmt: skip
+
+
+def test_only_the_operators_kafka_user_may_write_the_rollout_topic() -> None:
+    rollout = config("production")["MODERATOR_ROLLOUT_TOPIC"]
+    writers = {
+        user["metadata"]["name"]
+        for user in strimzi()["KafkaUser"]
+        for a in user["spec"]["authorization"]["acls"]
+        if a["resource"] == {"type": "topic", "name": rollout, "patternType": "literal"}
+        and {"Write", "All"} & set(a["operations"])
+    }
+    assert writers == {"moderator-operator"}
+    acls = kafka_user("moderator-operator")["spec"]["authorization"]["acls"]
+    assert [(a["resource"]["name"], set(a["operations"])) for a in acls] == [
+        (rollout, {"Read", "Write", "Describe"})
+    ]
 
 
 def test_the_consoles_kafka_user_reads_what_it_shows_and_writes_what_moderators_do() -> None:

@@ -39,7 +39,7 @@ OUTSIDE = ("devstack", "loadgen", "models", "bench", "chaos", "tests")
 # at the top of moderator/ are named here one by one, so a new module's room is a choice.
 BASE = (  # below every wing: errors, records, settings, logging, the loop, tasks, metrics
     *("errors", "normalize", "records", "config", "redaction", "logs", "loop", "tasks"),
-    *("turns", "metric_families", "metric_wings", "metrics", "commandline"),
+    *("turns", "metric_families", "metric_wings", "metric_models", "metrics", "commandline"),
 )
 FLOORS = (
     BASE,
@@ -59,7 +59,7 @@ FLOOR = {name: floor for floor, names in enumerate(FLOORS) for name in names}
 MAX_FLOOR_DEPTH = 4
 MAX_FORMATTER_ESCAPES = 10
 TOOLS = ("console", "devstack", "loadgen", "models")  # the dev-tools distribution's packages
-RUNTIME_COMMANDS = {"run", "score", "policy", "override", "verdicts"}
+RUNTIME_COMMANDS = {"run", "score", "policy", "override", "verdicts", "rollout"}
 # What a copy of the checkout for a wheel build leaves out: VCS, venvs, build outputs, caches.
 NOT_SOURCES = shutil.ignore_patterns(
     ".git", ".venv", "build", "mutants", "node_modules", "__pycache__", "*.egg-info", ".*_cache"

@@ -149,7 +149,8 @@ async def test_a_policy_change_needs_no_cache_invalidation(
         {"name": "lenient", "version": 1, "labels": {a: {"block": 1.0} for a in classifier.labels}}
     )
     for policy, action in ((strict, "block"), (lenient, "allow"), (strict, "block")):
-        other = Pipeline(classifier, policy, pipeline.batcher, pipeline.cache, pipeline.metrics,
+        batcher = pipeline.model.calls.batcher
+        other = Pipeline(classifier, policy, batcher, pipeline.cache, pipeline.metrics,
                          max_record_bytes=65536, budget_ms=50)  # fmt: skip
         again = orjson.loads((await other.process([message(1, "GG WP all")]))[0].value or b"")
         assert again["cached"] is True, "the verdict came from the cache"
@@ -202,7 +203,7 @@ async def test_a_long_message_is_scored_window_by_window_and_cached_whole(
     assert first["cached"] is False
     assert first["span"] in [list(span) for span in windows.spans]
     assert first["truncated"] is False
-    assert set(first["scores"]) == set(pipeline.classifier.labels)
+    assert set(first["scores"]) == set(pipeline.model.classifier.labels)
     sample = pipeline.metrics.registry.get_sample_value
     assert sample("moderator_batch_size_sum") == len(windows.ids), "a row per window"
     assert sample("moderator_message_windows_sum") == len(windows.ids)

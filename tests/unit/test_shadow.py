@@ -22,7 +22,7 @@ from moderator.decide.classifier import Classifier, ModelInfo
 from moderator.decide.degrade import Fallback
 from moderator.decide.screen import Judged, Reader, decide_texts, reader_for
 from moderator.errors import ModelError
-from moderator.metric_wings import ShadowMetrics
+from moderator.metric_models import ShadowMetrics
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy.rules import Policy, Ruling, read_spec
@@ -399,7 +399,7 @@ async def test_the_pipeline_offers_what_the_model_read_and_decides_as_without_a_
             got += await pipeline.process(late)
             outcomes.append([o.value for o in got])
         finally:
-            await pipeline.batcher.stop()
+            await pipeline.model.calls.batcher.stop()
     assert outcomes[1][len(TEXTS)] == b"{broken"  # a dead letter, untouched
     assert [decided(v) for v in outcomes[1] if v != b"{broken"] == [
         decided(v) for v in outcomes[0] if v != b"{broken"
