@@ -292,6 +292,7 @@ def _parser() -> argparse.ArgumentParser:
     b = command(sub, "build", SUBCOMMANDS["build"], """
         make model                                   # build, then ship it
         moderator model build --out models/build/chat-minilm
+        moderator model build --encoder e5            # multilingual: models/build/chat-e5
         make model MODELS_VERDICTS=verdicts.tsv      # with the moderators' verdicts
     """)  # fmt: skip
     b.add_argument(
