@@ -120,6 +120,17 @@ def test_an_e5_model_exported_as_the_build_does_is_scored_by_the_runtime(
     assert windows.score_windows(long).scores.shape == (len(LABELS),)
 
 
+def test_a_build_names_its_encoder_and_minilm_stays_the_default() -> None:
+    from models import cli
+
+    args = cli._parser().parse_args(["build", "--encoder", "e5"])
+    assert (args.encoder, args.out) == ("e5", None)  # the build writes models/build/chat-e5
+    assert cli._parser().parse_args(["build"]).encoder == train.TrainConfig().encoder == "minilm"
+    assert encoders.NAMES == {"minilm": "chat-minilm", "e5": "chat-e5"}
+    with pytest.raises(ValueError, match="unknown encoder 'bert'"):
+        encoders.base_model_dir("bert")
+
+
 @pytest.fixture(scope="module")
 def real_texts() -> list[str]:
     """Build text that needs no archive: a spread of the template corpus, the other-language
