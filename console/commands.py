@@ -8,8 +8,15 @@ import importlib.util
 from typing import Any
 
 from moderator import loop
-from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
-from moderator.config import Settings, add_setting_flags, settings_from_args
+from moderator.commandline import (
+    KAFKA_CONNECTION,
+    add_setting_flags,
+    command,
+    log_flags,
+    say,
+    settings_from_args,
+)
+from moderator.config import Settings
 from moderator.errors import ConfigError
 from moderator.redaction import protect
 

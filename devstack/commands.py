@@ -14,8 +14,8 @@ from typing import Any
 
 from moderator import loop
 from moderator.cli import serve, topic_partitions
-from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
-from moderator.config import ENV_PREFIX, Settings, add_setting_flags
+from moderator.commandline import KAFKA_CONNECTION, add_setting_flags, command, log_flags, say
+from moderator.config import ENV_PREFIX, Settings
 from moderator.redaction import protect
 
 # Settings the embedded stack sets itself (its own plaintext broker, its own Redis): `dev`

@@ -18,13 +18,15 @@ import orjson
 
 from moderator import __version__, logs, loop
 from moderator.admin import override_admin, policy_admin, score, verdict_export
-from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
-from moderator.config import (
-    DEFAULT_MODEL_DIR,
-    Settings,
+from moderator.commandline import (
+    KAFKA_CONNECTION,
     add_setting_flags,
+    command,
+    log_flags,
+    say,
     settings_from_args,
 )
+from moderator.config import DEFAULT_MODEL_DIR, Settings
 from moderator.decide.classifier import ModelInfo
 from moderator.errors import ConfigError, ModeratorError
 from moderator.kafka.topics import ensure_topics

@@ -1,14 +1,18 @@
-"""What every command's parser is built from: subcommands whose --help ends with examples, and
-the logging flags every command takes."""
+"""What every command's parser is built from: subcommands whose --help ends with examples, the
+logging flags every command takes, and a flag per setting (moderator/config.py) read back into
+`Settings`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import textwrap
+from collections.abc import Collection
 from typing import Any, cast
 
 from moderator import logs
+from moderator.config import ENV_PREFIX, HELP, Settings
 from moderator.logs import LOG_FORMATS, LOG_LEVELS
 
 log = logging.getLogger("moderator")
@@ -71,3 +75,27 @@ def log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
         choices=LOG_LEVELS,
         help="DEBUG | INFO | WARNING | ERROR [MODERATOR_LOG_LEVEL, default: INFO]",
     )
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, only: Collection[str] = ()) -> None:
+    """One `--flag` per setting (`only` those named, if any: a command offers the settings it
+    reads), each defaulting to 'not given' so the environment applies."""
+    group = parser.add_argument_group("settings (each also read from MODERATOR_<NAME>)")
+    for f in (f for f in dataclasses.fields(Settings) if not only or f.name in only):
+        flag = "--" + f.name.replace("_", "-")
+        env_name = ENV_PREFIX + f.name.upper()
+        group.add_argument(
+            flag,
+            dest=f.name,
+            default=None,
+            metavar=f.name.split("_")[-1].upper(),
+            help=f"{HELP[f.name]} [{env_name}, default: {f.default}]",
+        )
+
+
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
+    overrides = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(Settings) if hasattr(args, f.name)
+    }
+    overrides.update({k: v for k, v in extra.items() if v is not None})
+    return Settings.from_env(**overrides)

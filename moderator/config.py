@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ def available_cores() -> int:
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 OFFSET_RESETS = ("earliest", "latest")
-_TOPIC_ROLES = ("in", "out", "dlq", "policy", "review", "verdict", "override", "audit")
+_TOPIC_ROLES = ("in", "out", "dlq", "policy", "review", "verdict", "override", "audit", "shadow")
 TOPICS = tuple(f"{role}_topic" for role in _TOPIC_ROLES)  # checked in this order
-OPTIONAL_TOPICS = ("policy_topic", "override_topic", "audit_topic")  # empty: off
+OPTIONAL_TOPICS = ("policy_topic", "override_topic", "audit_topic", "shadow_topic")  # empty: off
 # What a late cache miss gets under overload (decide/degrade.py); `off` waits for the model.
 DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
@@ -93,6 +92,12 @@ HELP = {
     "kafka_ssl_keyfile": "client private key for mutual TLS",
     "degraded_mode": "late cache misses skip the model: " + " | ".join(DEGRADED_MODES),
     "denylist": "phrases the lexical degraded mode blocks; the packaged list if unset",
+    "shadow_model": "a second model directory that scores every message beside the primary, off "
+    "its path, and is compared with it (never published as a decision); unset: no shadow",
+    "shadow_topic": "topic of the shadow's disagreements with the primary, kept 7 days; empty: "
+    "counted only",
+    "shadow_threads": "threads the shadow model scores on, besides the primary's",
+    "shadow_queue": "messages waiting for the shadow, at most; past it they are skipped (counted)",
 }
 
 
@@ -145,6 +150,10 @@ class Settings:
     kafka_ssl_keyfile: Path | None = None
     degraded_mode: str = "off"
     denylist: Path | None = None
+    shadow_model: Path | None = None
+    shadow_topic: str = "chat.shadow"
+    shadow_threads: int = 1
+    shadow_queue: int = 1000
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
@@ -171,7 +180,8 @@ class Settings:
         positive = ("threads", "batch_threads", "budget_ms", "max_batch", "max_in_flight",
                     "max_windows", "max_record_bytes", "cache_ttl_s", "redis_timeout_ms",
                     "user_state_timeout_ms", "commit_interval_s", "shutdown_timeout_s",
-                    "topic_partitions", "topic_replication", "review_context_bytes")  # fmt: skip
+                    "topic_partitions", "topic_replication", "review_context_bytes",
+                    "shadow_threads", "shadow_queue")  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")
@@ -201,6 +211,8 @@ class Settings:
             raise bad("denylist", f"{self.denylist} is not a file")
         if self.policy is not None and not self.policy.is_file():
             raise bad("policy", f"{self.policy} is not a file")
+        if self.shadow_model is not None and not (self.shadow_model / "manifest.json").is_file():
+            raise bad("shadow_model", f"{self.shadow_model} has no manifest.json")
 
     def __repr__(self) -> str:
         """Settings without secrets: no SASL password, no password in the Redis URL."""
@@ -324,27 +336,3 @@ def _convert(f: dataclasses.Field[Any], raw: Any, env_name: str) -> Any:
     except ValueError:
         name = getattr(kind, "__name__", str(kind))
         raise ConfigError(f"{env_name}: {raw!r} is not a valid {name}") from None
-
-
-def add_setting_flags(parser: argparse.ArgumentParser, only: Collection[str] = ()) -> None:
-    """One `--flag` per setting (`only` those named, if any: a command offers the settings it
-    reads), each defaulting to 'not given' so the environment applies."""
-    group = parser.add_argument_group("settings (each also read from MODERATOR_<NAME>)")
-    for f in (f for f in dataclasses.fields(Settings) if not only or f.name in only):
-        flag = "--" + f.name.replace("_", "-")
-        env_name = ENV_PREFIX + f.name.upper()
-        group.add_argument(
-            flag,
-            dest=f.name,
-            default=None,
-            metavar=f.name.split("_")[-1].upper(),
-            help=f"{HELP[f.name]} [{env_name}, default: {f.default}]",
-        )
-
-
-def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
-    overrides = {
-        f.name: getattr(args, f.name) for f in dataclasses.fields(Settings) if hasattr(args, f.name)
-    }
-    overrides.update({k: v for k, v in extra.items() if v is not None})
-    return Settings.from_env(**overrides)

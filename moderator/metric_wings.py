@@ -11,12 +11,9 @@ label value known in advance has its series at 0 from the start.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.metrics import MetricWrapperBase
+from moderator.metric_families import ByLabel, Families, Wing
 
-NAMESPACE = "moderator"
 LATENCY_BUCKETS_S = (
     *(0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03),
     *(0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5),
@@ -46,64 +43,16 @@ HOLD_REASONS = ("truncated", "unsupported_language", "deny", "escalated", "none"
 OVERRIDE_ACTIONS = ("allow", "nudge", "block")  # review/overrides.py ACTIONS (a verdict's)
 USER_RULES = ("muted", "rate_limited", "spam", "link", "escalated")  # moderator/users/escalation.py
 USER_STEPS = ("before", "after")
+# What the shadow's comparison names besides a model label: a reason's head, `none` when both
+# allowed, and `unnamed` for a message neither language gate named (moderator/shadow/agreement.py).
+SHADOW_REASONS = ("truncated", "unsupported_language", "deny", "empty_text", "none")
+UNNAMED_LANGUAGE = "unnamed"
 # Who makes a Redis round trip besides the users' state (its own counter, by step): the score
 # cache's reads (one MGET per batch with L1 misses) and background writes, the per-batch hold
 # (context rings and held messages), a verdict applied, and the timeout sweep.
 REDIS_PARTS = ("cache_read", "cache_write", "review", "verdict", "sweep")
 
-M = TypeVar("M", bound=MetricWrapperBase)
-Key = str | tuple[str, ...]
 _TOPIC_PARTITION = ("topic", "partition")
-
-
-class ByLabel(Generic[M]):
-    """A labelled metric's children by label value, each bound on first use: for a value read
-    from the message or a policy (an action, a language code, a topic-partition), one
-    `.labels()` per new value instead of one per event. It holds what the family holds anyway
-    (a child per value ever seen), no more."""
-
-    def __init__(self, family: M, *values: Key) -> None:
-        self._family = family
-        self._children: dict[Key, M] = {}
-        for value in values:  # each series at 0 from the start
-            self[value]
-
-    def __getitem__(self, value: Key) -> M:
-        child = self._children.get(value)
-        if child is None:
-            child = self._family.labels(*((value,) if isinstance(value, str) else value))
-            self._children[value] = child
-        return child
-
-    def remove(self, value: Key) -> None:
-        """Drop `value`'s series (a partition handed over); nothing if it has none."""
-        if self._children.pop(value, None) is not None:
-            self._family.remove(*((value,) if isinstance(value, str) else value))
-
-
-class Families:
-    """Makes the metrics of one registry, under the moderator's namespace."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
-
-    def counter(self, name: str, doc: str, *labels: str) -> Counter:
-        return Counter(name, doc, labels, namespace=NAMESPACE, registry=self.registry)
-
-    def gauge(self, name: str, doc: str, *labels: str) -> Gauge:
-        return Gauge(name, doc, labels, namespace=NAMESPACE, registry=self.registry)
-
-    def histogram(self, name: str, doc: str, buckets: Sequence[float], *labels: str) -> Histogram:
-        return Histogram(
-            name, doc, labels, buckets=buckets, namespace=NAMESPACE, registry=self.registry
-        )
-
-
-class Wing:
-    """A wing's metrics, on the registry `f` makes them on (read a sample back from it)."""
-
-    def __init__(self, f: Families) -> None:
-        self.registry = f.registry
 
 
 class KafkaMetrics(Wing):
@@ -342,3 +291,59 @@ class ReviewMetrics(Wing):
         for label in (*labels, *HOLD_REASONS):
             for verdict in self._verdicts:
                 self.verdicts["review", verdict, label]
+
+
+class ShadowMetrics(Wing):
+    """The shadow model beside the primary (moderator/shadow/): how their actions compare, what
+    it skipped, and its disagreement records."""
+
+    def __init__(self, f: Families) -> None:
+        super().__init__(f)
+        pair = ("primary_action", "shadow_action")
+        self.by_label = ByLabel(  # by (primary action, shadow action, label): see precreate
+            f.counter(
+                "shadow_decisions",
+                "Messages both models decided, by the primary's action, the shadow's, and the "
+                "label or reason that acted (the primary's, else the shadow's; none: both allowed)",
+                *pair,
+                "label",
+            )
+        )
+        self.by_language = ByLabel(  # by (primary action, shadow action, language)
+            f.counter(
+                "shadow_languages",
+                "Messages both models decided, by the primary's action, the shadow's, and the "
+                "language a gate named (the primary's, else the shadow's; unnamed: neither did)",
+                *pair,
+                "language",
+            )
+        )
+        self.disagreed = ByLabel(  # by (label, language), as the two above
+            f.counter(
+                "shadow_disagreements",
+                "Messages the shadow decided otherwise than the primary, by label or reason and "
+                "by language (as in shadow_decisions_total and shadow_languages_total)",
+                "label",
+                "language",
+            )
+        )
+        self.skipped = f.counter(
+            "shadow_skipped",
+            "Messages the shadow did not compare: its queue was full, or it failed",
+        )
+        self.queued = f.gauge("shadow_queued", "Messages waiting for the shadow")
+        records = f.counter(
+            "shadow_records", "Disagreement records sent (fire and forget) or failed", "result"
+        )
+        self.records_sent, self.records_failed = records.labels("sent"), records.labels("failed")
+
+    def precreate(self, actions: Iterable[str], labels: Iterable[str]) -> None:
+        """Every pair of `actions` by each of the model's `labels` and reasons, at 0."""
+        actions, labels = tuple(actions), (*labels, *SHADOW_REASONS)
+        for label in labels:
+            self.disagreed[label, UNNAMED_LANGUAGE]
+        for primary in actions:
+            for shadow in actions:
+                self.by_language[primary, shadow, UNNAMED_LANGUAGE]
+                for label in labels:
+                    self.by_label[primary, shadow, label]

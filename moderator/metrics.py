@@ -24,14 +24,14 @@ from prometheus_client import (
 )
 
 from moderator.errors import ListenError
+from moderator.metric_families import NAMESPACE, Families
 from moderator.metric_wings import (
-    NAMESPACE,
     DecideMetrics,
-    Families,
     KafkaMetrics,
     PolicyMetrics,
     RedisMetrics,
     ReviewMetrics,
+    ShadowMetrics,
     UserMetrics,
 )
 from moderator.records import VERDICTS
@@ -58,6 +58,7 @@ class Metrics:
         self.users = UserMetrics(f, self.redis)
         self.policy = PolicyMetrics(f)
         self.review = ReviewMetrics(f, self.redis, VERDICTS)
+        self.shadow = ShadowMetrics(f)
         self.model = Info("model", "The model being served", namespace=NAMESPACE, registry=r)
         # process_* (memory, CPU, open fds, start time: restarts) and python_* (GC, version),
         # as the default registry has them; this registry is the one /metrics serves.

@@ -8,8 +8,9 @@ names a language the model does not read; moderator/decide/screen.py, shared wit
 `moderator score`), look the scores of the rest up in the cache, send the misses to the model (each
 window a row of the micro-batcher, gathered; identical texts are scored once), apply the policy,
 count strikes and move an action up past the policy's limit (the users' rules again), encode the
-decision, and hold each `review` decision with its channel's context (moderator/review/hold.py). No
-Kafka here: the service feeds records in and publishes the outcomes in the same order.
+decision, hold each `review` decision with its channel's context (moderator/review/hold.py), and
+offer what the model read to the shadow model, if any (moderator/shadow/). No Kafka here: the
+service feeds records in and publishes the outcomes in the same order.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
 import orjson
 
-from moderator.decide.batcher import MicroBatcher, ModelResult
+from moderator.decide.batcher import MicroBatcher, ModelResult, gathered
 from moderator.decide.cache import ScoreCache
 from moderator.decide.classifier import Classifier, Scores
 from moderator.decide.degrade import Fallback
@@ -47,6 +47,8 @@ from moderator.records import (
 from moderator.review.hold import Review
 from moderator.review.overrides import REASON as OVERRIDE_REASON
 from moderator.review.overrides import Overrides
+from moderator.shadow.agreement import Primary
+from moderator.shadow.scorer import Shadow
 from moderator.turns import Turn
 from moderator.users.escalation import Escalated, Escalation, UserTurns
 
@@ -93,6 +95,7 @@ class Pipeline:
         review: Review | None = None,
         overrides: Overrides | None = None,
         users: Escalation | None = None,
+        shadow: Shadow | None = None,
     ) -> None:
         self.classifier = classifier
         self.reader = reader if reader is not None else Reader(classifier)
@@ -110,6 +113,7 @@ class Pipeline:
         self.review = review  # after deciding: context rings, held messages, review records
         self.overrides = overrides
         self.users = users  # moderator/users/escalation.py: strikes, mute, flood, repeats, links
+        self.shadow = shadow  # moderator/shadow/: a second model, handed what the primary decided
         self.model_ident = classifier.info.ident
         self.model_sha256 = classifier.info.sha256  # what the cache keys on
         self._model_calls: dict[bytes, asyncio.Future[ModelResult]] = {}  # by cache key
@@ -142,6 +146,9 @@ class Pipeline:
         undecided = await self._without_model(messages, fetched, user_turns)
         await self._score(self._screen(undecided, fetched), fetched)
         ordered = iter(await self._outcomes(messages, turn, user_turns))
+        if self.shadow is not None:  # decided: queued for the shadow, never awaited
+            read = [m for m in undecided if not _decided(m).fields["degraded"]]
+            self.shadow.offer([_primary(m) for m in read])
         return [slot if isinstance(slot, Outcome) else next(ordered) for slot in slots]
 
     def _parse(self, record: InboundRecord) -> Outcome | _Message:
@@ -241,7 +248,7 @@ class Pipeline:
             if len(rows) == 1:
                 future = self.batcher.submit(rows[0])
             else:  # each window a row of the batcher, gathered into one result
-                future = asyncio.ensure_future(_gathered([self.batcher.submit(r) for r in rows]))
+                future = asyncio.ensure_future(gathered([self.batcher.submit(r) for r in rows]))
             self._model_calls[m.key] = future
             future.add_done_callback(functools.partial(self._model_call_done, m.key))
         else:
@@ -318,6 +325,12 @@ def _decided(m: _Message) -> _Decision:
     return m.decision
 
 
+def _primary(m: _Message) -> Primary:
+    """What the shadow compares with: the primary's reading and its policy's ruling on it."""
+    ruling, fields = _decided(m)
+    return Primary(m.chat, m.policy, fields["model"], ruling, fields["scores"], fields["language"])
+
+
 def _outcome(m: _Message, users: Escalated) -> Outcome:
     """`m`'s decision record, with its action as the users' rules left it."""
     ruling, fields = _decided(m)
@@ -335,14 +348,3 @@ def _outcome(m: _Message, users: Escalated) -> Outcome:
         key = m.chat.channel_id.encode()
     value = orjson.dumps(record)
     return Outcome(key, value, carried_headers(m.record), action=users.action, decision=record)
-
-
-async def _gathered(calls: list[asyncio.Future[ModelResult]]) -> ModelResult:
-    """One result for a message's windows: a row per window, the longest wait and model time
-    (its windows mostly share batches)."""
-    results = await asyncio.gather(*calls)
-    return ModelResult(
-        np.stack([r.scores for r in results]),
-        max(r.queued_s for r in results),
-        max(r.score_s for r in results),
-    )

@@ -21,16 +21,15 @@ from aiokafka import AIOKafkaProducer
 
 from moderator.config import Settings
 from moderator.decide.batcher import MicroBatcher
-from moderator.decide.cache import ScoreCache
+from moderator.decide.cache import ScoreCache, cache_for
 from moderator.decide.classifier import Classifier
 from moderator.decide.degrade import fallback_for
-from moderator.decide.language import LanguageGate
-from moderator.decide.screen import Reader
+from moderator.decide.screen import reader_for
 from moderator.kafka.connect import Stoppable, start_client, stop_within
 from moderator.kafka.intake import Fetched, Intake
 from moderator.kafka.ledger import Entry
 from moderator.kafka.publisher import Publisher
-from moderator.metric_wings import DecideMetrics, KafkaMetrics
+from moderator.metric_wings import KafkaMetrics
 from moderator.metrics import Metrics, MetricsServer, listen
 from moderator.pipeline import Pipeline
 from moderator.policy.channels import PolicyBook, follow_policies
@@ -39,6 +38,7 @@ from moderator.review.finals import TimeoutSweeper
 from moderator.review.hold import Review, review_for
 from moderator.review.overrides import Overrides, overrides_for
 from moderator.review.verdicts import VerdictIntake
+from moderator.shadow.scorer import Shadow, shadow_for
 from moderator.tasks import Supervisor, cancel
 from moderator.users.escalation import Escalation
 
@@ -119,9 +119,9 @@ class Moderator:
         s, m, tasks = self.settings, self.metrics, self._tasks
         self._metrics_server = self._serve_metrics()
         classifier = await self._load_model()
-        reader = await asyncio.to_thread(reader_for, s, classifier)
+        reader = await asyncio.to_thread(reader_for, classifier, max_windows=s.max_windows)
         policies = PolicyBook.load(s.policy, classifier.labels)
-        self._cache = cache = _cache(s, m.decide)
+        self._cache = cache = cache_for(s, m.decide)
         await self._own(cache, cache.start())
         scorer = MicroBatcher(
             classifier, max_batch=s.max_batch, metrics=m.decide, concurrency=s.scoring_layout[1]
@@ -133,16 +133,17 @@ class Moderator:
         review = review_for(s, m.review, cache, classifier.labels)  # held messages, rings, records
         users = Escalation(m.users, s.redis_url, timeout_ms=s.user_state_timeout_ms)
         await self._own(users, users.start())
-        self._pipeline = Pipeline(
-            classifier, policies, scorer, cache, m.decide, max_record_bytes=s.max_record_bytes,
-            budget_ms=s.budget_ms, fallback=fallback_for(s), reader=reader, review=review,
-            overrides=overrides, users=users,
-        )  # fmt: skip
         intake = self._intake = Intake(
             s, m.kafka, on_assigned=self._assigned, on_abandoned=self._abandoned
         )
         self._publisher = publisher = _publisher(s, m.kafka, producer, intake.acked, tasks)
         await self._own(publisher, start_client(producer, s.kafka_options(), "the producer"))
+        shadow = await self._start_shadow(producer)  # after the producer: stopped before it
+        self._pipeline = Pipeline(
+            classifier, policies, scorer, cache, m.decide, max_record_bytes=s.max_record_bytes,
+            budget_ms=s.budget_ms, fallback=fallback_for(s), reader=reader, review=review,
+            overrides=overrides, users=users, shadow=shadow,
+        )  # fmt: skip
         feed = await follow_policies(
             policies, s.policy_topic, s.kafka_options(), m.policy, s.topic_replication
         )
@@ -179,6 +180,14 @@ class Moderator:
         self._tasks.watch(_started(verdicts.task))
         sweeper = TimeoutSweeper(held, producer, out_topic=s.out_topic, metrics=m.review)
         self._tasks.spawn(sweeper.run(), name="moderator-timeouts")  # held messages past their time
+
+    async def _start_shadow(self, producer: AIOKafkaProducer) -> Shadow | None:
+        """The shadow model MODERATOR_SHADOW_MODEL names, if any, its workers watched."""
+        shadow = await shadow_for(self.settings, self.metrics.shadow, producer)
+        if shadow is not None:
+            await self._own(shadow, shadow.start())
+            self._tasks.watch(_started(shadow.task))
+        return shadow
 
     def _serve_metrics(self) -> MetricsServer:
         s = self.settings
@@ -297,21 +306,6 @@ class Moderator:
         while True:
             batch, unit = await self._units.get()
             await self._publisher.publish(batch, await unit)
-
-
-def _cache(s: Settings, metrics: DecideMetrics) -> ScoreCache:
-    return ScoreCache(
-        s.redis_url,
-        metrics=metrics,
-        ttl_s=s.cache_ttl_s,
-        l1_size=s.l1_cache_size,
-        timeout_ms=s.redis_timeout_ms,
-    )
-
-
-def reader_for(s: Settings, classifier: Classifier) -> Reader:
-    """How this process reads a message: windows up to the cap, the language gate (English)."""
-    return Reader(classifier, max_windows=s.max_windows, gate=LanguageGate())
 
 
 def _producer(s: Settings) -> AIOKafkaProducer:

@@ -18,6 +18,7 @@ SCHEMAS = (
     "verdict",
     "override",
     "audit",
+    "shadow",
 )
 
 
@@ -45,6 +46,12 @@ def check_review(record: dict[str, Any]) -> dict[str, Any]:
 def check_verdict(record: dict[str, Any]) -> dict[str, Any]:
     """The verdict, or jsonschema.ValidationError naming the field that breaks the schema."""
     validator("verdict").validate(record)
+    return record
+
+
+def check_shadow(record: dict[str, Any]) -> dict[str, Any]:
+    """The shadow topic's record, or jsonschema.ValidationError naming the field that breaks it."""
+    validator("shadow").validate(record)
     return record
 
 

@@ -16,8 +16,15 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from moderator import loop
-from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
-from moderator.config import Settings, add_setting_flags, settings_from_args
+from moderator.commandline import (
+    KAFKA_CONNECTION,
+    add_setting_flags,
+    command,
+    log_flags,
+    say,
+    settings_from_args,
+)
+from moderator.config import Settings
 from moderator.errors import ConfigError
 from moderator.kafka import compacted
 from moderator.kafka.compacted import TopicState

@@ -18,8 +18,7 @@ from moderator.admin.progress import Progress
 from moderator.commandline import command, log_flags
 from moderator.config import Settings
 from moderator.decide.classifier import Classifier
-from moderator.decide.language import LanguageGate
-from moderator.decide.screen import Judged, Reader, decide_texts
+from moderator.decide.screen import Judged, Reader, decide_texts, reader_for
 from moderator.errors import InvalidRecord
 from moderator.metrics import Metrics
 from moderator.policy.rules import Policy
@@ -76,9 +75,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     )
     settings.check_model_dir()
     classifier = Classifier(settings.model_dir, threads=settings.effective_threads)
-    # Read as `run` reads (service.reader_for, not imported: one floor fewer); the gate is made
-    # once, it takes ~0.5 s to load.
-    reader = Reader(classifier, max_windows=settings.max_windows, gate=LanguageGate())
+    reader = reader_for(classifier, max_windows=settings.max_windows)  # as `run` reads
     policy = Policy.load(settings.policy)
     policy.check_labels(classifier.labels)
     failures = 0

@@ -29,8 +29,15 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 
 from moderator import loop
-from moderator.commandline import KAFKA_CONNECTION, command, log_flags, say
-from moderator.config import Settings, add_setting_flags, settings_from_args
+from moderator.commandline import (
+    KAFKA_CONNECTION,
+    add_setting_flags,
+    command,
+    log_flags,
+    say,
+    settings_from_args,
+)
+from moderator.config import Settings
 from moderator.decide.classifier import ModelInfo
 from moderator.errors import InvalidRecord
 from moderator.kafka.compacted import read_to_end

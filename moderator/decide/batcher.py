@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
+import numpy as np
+
 from moderator.decide.classifier import Classifier, Scores, TokenIds
 from moderator.metric_wings import DecideMetrics
 from moderator.tasks import cancel
@@ -159,6 +161,17 @@ class MicroBatcher:
         for row, job in zip(scores, batch, strict=True):
             if not job.future.done():
                 job.future.set_result(ModelResult(row, began - job.submitted, took))
+
+
+async def gathered(calls: list[asyncio.Future[ModelResult]]) -> ModelResult:
+    """One result for a message's windows: a row per window, the longest wait and model time
+    (its windows mostly share batches)."""
+    results = await asyncio.gather(*calls)
+    return ModelResult(
+        np.stack([r.scores for r in results]),
+        max(r.queued_s for r in results),
+        max(r.score_s for r in results),
+    )
 
 
 def _cancel(jobs: Sequence[_Job]) -> None:

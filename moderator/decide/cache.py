@@ -21,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from moderator.config import Settings
 from moderator.decide.classifier import Scores, TokenIds
 from moderator.metric_wings import DecideMetrics
 from moderator.redaction import redact_url
@@ -250,3 +251,14 @@ class ScoreCache:
                 reraise_cancel(exc)
                 self.metrics.cache_writes_dropped.inc(len(batch))
                 self._trip(exc)
+
+
+def cache_for(s: Settings, metrics: DecideMetrics) -> ScoreCache:
+    """The score cache the settings describe (not started)."""
+    return ScoreCache(
+        s.redis_url,
+        metrics=metrics,
+        ttl_s=s.cache_ttl_s,
+        l1_size=s.l1_cache_size,
+        timeout_ms=s.redis_timeout_ms,
+    )

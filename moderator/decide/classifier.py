@@ -47,6 +47,7 @@ class ModelInfo(NamedTuple):
     inputs: tuple[str, ...]
     speed_only: bool
     emoji: str = ""
+    languages: tuple[str, ...] = ("en",)  # what the model was validated on: the gate's supported
 
     @property
     def ident(self) -> str:
@@ -76,6 +77,7 @@ class ModelInfo(NamedTuple):
                 inputs=tuple(raw.get("inputs", ("input_ids", "attention_mask"))),
                 speed_only=bool(raw.get("speed_only", False)),
                 emoji=str(raw.get("emoji", "")),
+                languages=tuple(str(code) for code in raw.get("languages", ("en",))),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"{path}: missing or invalid field {exc}") from None
@@ -83,6 +85,8 @@ class ModelInfo(NamedTuple):
             raise ModelError(f"{path}: 'labels' must be a non-empty list of distinct names")
         if info.activation not in ACTIVATIONS:
             raise ModelError(f"{path}: 'activation' must be one of {ACTIVATIONS}")
+        if not info.languages:
+            raise ModelError(f"{path}: 'languages' must name at least one language")
         if info.emoji not in EMOJI_FORMS:
             raise ModelError(f"{path}: 'emoji' must be one of {EMOJI_FORMS}")
         if info.max_length < 2:

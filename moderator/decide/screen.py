@@ -26,6 +26,7 @@ from moderator.decide.classifier import Classifier, Scores, TokenIds
 from moderator.decide.language import LanguageGate
 from moderator.decide.text import Text
 from moderator.decide.windows import MAX_WINDOWS, Span, WindowScorer, highest
+from moderator.errors import ModelError
 from moderator.policy.long_text import discounted, windows_raise
 from moderator.policy.rules import ALLOW, EMPTY_TEXT, Policy, Ruling
 
@@ -149,6 +150,16 @@ def judge(reader: Reader, policy: Policy, screened: Screened, rows: Scores | Non
         if policy.rank(action) > policy.rank(ruling.action):
             ruling = Ruling(action, f"{UNSUPPORTED_LANGUAGE_REASON}:{screened.language}")
     return Judged(ruling, named, span, screened.truncated, screened.language)
+
+
+def reader_for(classifier: Classifier, *, max_windows: int = MAX_WINDOWS) -> Reader:
+    """How a process reads with `classifier`: windows up to the cap, and the language gate for
+    the languages its manifest names (English unless it names others). The gate takes ~0.5 s."""
+    try:
+        gate = LanguageGate(classifier.info.languages)
+    except ValueError as exc:  # a code the detector does not know
+        raise ModelError(f"{classifier.model_dir / 'manifest.json'}: 'languages': {exc}") from None
+    return Reader(classifier, max_windows=max_windows, gate=gate)
 
 
 def decide_texts(reader: Reader, policy: Policy, texts: Sequence[str]) -> list[Judged]:

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from moderator.config import DEFAULT_THREADS, Settings, available_cores, settings_from_args
+from moderator.commandline import settings_from_args
+from moderator.config import DEFAULT_THREADS, Settings, available_cores
 from moderator.decide.windows import MAX_WINDOWS
 from moderator.errors import ConfigError
 
@@ -69,11 +70,23 @@ def test_the_threads_run_one_batch_each_unless_batch_threads_says_otherwise(
         ({"MODERATOR_POLICY": "/nonexistent.toml"}, "MODERATOR_POLICY"),
         ({"MODERATOR_AUTO_OFFSET_RESET": "newest"}, "MODERATOR_AUTO_OFFSET_RESET"),
         ({"MODERATOR_MAX_WINDOWS": "0"}, "MODERATOR_MAX_WINDOWS"),
+        ({"MODERATOR_SHADOW_MODEL": "/nonexistent"}, "MODERATOR_SHADOW_MODEL"),
+        ({"MODERATOR_SHADOW_THREADS": "0"}, "MODERATOR_SHADOW_THREADS"),
+        ({"MODERATOR_SHADOW_QUEUE": "0"}, "MODERATOR_SHADOW_QUEUE"),
+        ({"MODERATOR_SHADOW_TOPIC": "chat.decisions"}, "MODERATOR_SHADOW_TOPIC"),
     ],
 )
 def test_bad_settings_fail_naming_the_setting(env: dict[str, str], names: str) -> None:
     with pytest.raises(ConfigError, match=names):
         Settings.from_env(env)
+
+
+def test_no_shadow_unless_its_model_is_named(model_dir: Path) -> None:
+    assert Settings.from_env({}).shadow_model is None
+    assert Settings.from_env({"MODERATOR_SHADOW_MODEL": ""}).shadow_model is None
+    named = Settings.from_env({"MODERATOR_SHADOW_MODEL": str(model_dir)})
+    assert (named.shadow_model, named.shadow_topic) == (model_dir, "chat.shadow")
+    assert Settings.from_env({"MODERATOR_SHADOW_TOPIC": ""}).shadow_topic == ""  # counted only
 
 
 def test_a_missing_model_dir_names_the_setting(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from console.config import ConsoleSettings
 from console.csrf import csrf_ok
 from console.feed import Feed
 from console.records import now_ms, parse_review
-from moderator.config import Settings, settings_from_args
+from moderator.commandline import settings_from_args
+from moderator.config import Settings
 from moderator.errors import ConfigError
 from tests.console_fakes import TOKENS, TopicFeed, logged_in
 from tests.oidc import AUDIENCE, ISSUER, Provider, bearer

@@ -30,6 +30,7 @@ from moderator.kafka.intake import FINAL_COMMIT_MIN_S
 from moderator.kafka.topics import COMPACTED
 from moderator.loop import LEFTOVER_TIMEOUT_S
 from moderator.review.verdicts import GROUP_SUFFIX
+from moderator.shadow.agreement import TOPIC_CONFIG
 from tests.oidc import Provider, jwks
 from tests.promql import (
     ALERT_RULES,
@@ -213,12 +214,14 @@ def test_compose_creates_the_topics_the_scaling_assumes() -> None:
     assert partitions["chat.messages"] == base_notes["chat-moderator/input-partitions"]
     assert set(partitions) == {"chat.messages", "chat.decisions", "chat.messages.dlq",
                                "chat.policies", "chat.review", "chat.verdicts",
-                               "chat.overrides", "chat.audit"}  # fmt: skip
+                               "chat.overrides", "chat.audit", "chat.shadow"}  # fmt: skip
     for compacted in ("chat.policies", "chat.overrides"):
         line = next(line for line in script.splitlines() if f"--topic {compacted} " in line)
         assert "--config cleanup.policy=compact" in line
     line = next(line for line in script.splitlines() if "--topic chat.audit " in line)
     assert "--config cleanup.policy=delete --config retention.ms=-1" in line  # kept for ever
+    line = next(line for line in script.splitlines() if "--topic chat.shadow " in line)
+    assert f"--config retention.ms={TOPIC_CONFIG['retention.ms']}" in line  # README: 7 days
 
 
 def test_compose_runs_two_moderators_in_one_group_scraped_as_job_moderator() -> None:
@@ -293,13 +296,14 @@ def test_strimzi_topics_are_the_ones_the_production_overlay_reads_and_writes() -
     resources = strimzi()
     topics = {t["metadata"]["name"]: t["spec"] for t in resources["KafkaTopic"]}
     settings = config("production")
-    names = [settings[f"MODERATOR_{n}_TOPIC"]
-             for n in ("IN", "OUT", "DLQ", "POLICY", "REVIEW", "VERDICT", "OVERRIDE")]  # fmt: skip
+    roles = ("IN", "OUT", "DLQ", "POLICY", "REVIEW", "VERDICT", "OVERRIDE", "SHADOW")
+    names = [settings[f"MODERATOR_{n}_TOPIC"] for n in roles]
     audit = settings.get("MODERATOR_AUDIT_TOPIC", Settings().audit_topic)  # the console's
     assert set(topics) == {*names, audit}
     assert topics[audit]["partitions"] == 1  # one order for the trail
     assert topics[audit]["config"]["cleanup.policy"] == "delete"
     assert topics[audit]["config"]["retention.ms"] == "-1"  # nothing ages out of it
+    assert TOPIC_CONFIG.items() <= topics[settings["MODERATOR_SHADOW_TOPIC"]]["config"].items()
     partitions = rendered("production")["ScaledObject"]["metadata"]["annotations"]
     assert topics[settings["MODERATOR_IN_TOPIC"]]["partitions"] == int(
         partitions["chat-moderator/input-partitions"]
@@ -336,6 +340,7 @@ def test_the_kafka_user_may_do_what_the_moderator_does_and_no_more() -> None:
         ("topic", settings["MODERATOR_REVIEW_TOPIC"]): {"Write", "Describe"},
         ("topic", settings["MODERATOR_VERDICT_TOPIC"]): {"Read", "Describe"},
         ("topic", settings["MODERATOR_OVERRIDE_TOPIC"]): {"Read", "Write", "Describe"},
+        ("topic", settings["MODERATOR_SHADOW_TOPIC"]): {"Write", "Describe"},
         ("group", settings["MODERATOR_GROUP_ID"]): {"Read", "Describe"},
         ("group", settings["MODERATOR_GROUP_ID"] + GROUP_SUFFIX): {"Read", "Describe"},
     }

@@ -39,7 +39,7 @@ OUTSIDE = ("devstack", "loadgen", "models", "bench", "chaos", "tests")
 # at the top of moderator/ are named here one by one, so a new module's room is a choice.
 BASE = (  # below every wing: errors, records, settings, logging, the loop, tasks, metrics
     *("errors", "normalize", "records", "config", "redaction", "logs", "loop", "tasks"),
-    *("turns", "metric_wings", "metrics", "commandline"),
+    *("turns", "metric_families", "metric_wings", "metrics", "commandline"),
 )
 FLOORS = (
     BASE,
@@ -48,6 +48,7 @@ FLOORS = (
     ("decide",),  # a text to the policy's ruling: the model, the score cache, the screen
     ("users",),  # escalation by user, and the users' state
     ("review",),  # held messages, verdicts, final decisions, overrides, the audit trail
+    ("shadow",),  # a candidate model scoring beside the primary, compared with it
     ("admin",),  # the operators' commands beside `moderator run`
     ("pipeline", "service", "workers", "cli", "__main__"),  # the one place that orders the wings
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from moderator.metric_wings import ByLabel
+from moderator.metric_families import ByLabel
 from moderator.metrics import Metrics
 
 # The exposition of a fresh `Metrics(budget_s=0.035)` with precreate_verdicts(["toxic",

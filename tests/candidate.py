@@ -1,0 +1,34 @@
+"""A second real model directory for the shadow's tests: the shipped model under another manifest.
+
+The candidate is the shipped graph and tokenizer, byte for byte, loaded and sha256-checked by the
+same loader as any model; only its manifest differs, the way a retrained model's would: it names
+the graph's `toxicity` and `obscene` outputs the other way round, and it says it reads Spanish, so
+its language gate lets Spanish through to the model. Its decisions then differ from the primary's
+on real text (a toxic line it does not nudge, a profane one it does, Spanish it judges instead of
+sending to review), with nothing standing in for the model, the tokenizer or the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from moderator.config import DEFAULT_MODEL_DIR
+
+SWAPPED = ("toxicity", "obscene")
+LANGUAGES = ["en", "es"]
+
+
+def candidate_model(folder: Path) -> Path:
+    """The candidate model directory, made in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("model.onnx", "tokenizer.json"):
+        shutil.copyfile(DEFAULT_MODEL_DIR / name, folder / name)
+    manifest = json.loads((DEFAULT_MODEL_DIR / "manifest.json").read_text())
+    labels = list(manifest["labels"])
+    a, b = (labels.index(name) for name in SWAPPED)
+    labels[a], labels[b] = labels[b], labels[a]
+    manifest.update(name=f"{manifest['name']}-candidate", labels=labels, languages=LANGUAGES)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
