@@ -145,7 +145,7 @@ MUTATION_MODULES := \
 	moderator/kafka/ledger.py moderator/kafka/publisher.py moderator/kafka/intake.py \
 	moderator/kafka/refusal.py moderator/records.py moderator/normalize.py moderator/pipeline.py \
 	moderator/policy/rules.py moderator/policy/terms.py moderator/policy/user_rules.py \
-	moderator/policy/review_rules.py moderator/policy/long_text.py moderator/decide/windows.py moderator/decide/screen.py \
+	moderator/policy/review_rules.py moderator/policy/long_text.py moderator/decide/windows.py moderator/decide/screen.py moderator/decide/calls.py \
 	moderator/decide/cache.py moderator/review/held.py moderator/review/finals.py \
 	moderator/review/overrides.py moderator/users/state.py moderator/users/escalation.py
 
