@@ -96,11 +96,20 @@ async def test_a_tenfold_burst_is_decided_once_each_and_committed_only_after_its
         assert service.failure is None
         sample = service.metrics.registry.get_sample_value
         fetched = sample("moderator_fetched_batch_size_sum")
-        fetches = sample("moderator_fetched_batch_size_count")
+        fetches = sample("moderator_fetched_batch_size_count") or 0.0
         assert fetched == sample("moderator_messages_consumed_total") == len(placed)
+        # Round trips are per fetched batch, not per message: a batch the pacer grew shares them.
+        trips = {part: sample("moderator_redis_round_trips_total", {"part": part}) or 0.0
+                 for part in ("cache_read", "review")}  # fmt: skip
+        for step in ("before", "after"):
+            trips[f"users_{step}"] = (
+                sample("moderator_user_state_round_trips_total", {"step": step}) or 0.0
+            )
+        assert trips["cache_read"] > 0, "the score cache read Redis"
+        assert all(n <= fetches for n in trips.values()), (trips, fetches)
         linger, target = sample("moderator_fetch_linger_ms"), sample("moderator_fetch_target")
         print(f"\n{len(placed)} messages in {fetches:.0f} fetches; last linger {linger} ms, "
-              f"target {target}")  # fmt: skip
+              f"target {target}; Redis round trips {trips}")  # fmt: skip
 
     times = Counter(orjson.loads(r.value)["message_id"] for r in final)
     assert set(times) == set(placed), "nothing lost, nothing invented"
