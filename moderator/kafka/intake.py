@@ -100,42 +100,58 @@ class Intake:
         in-flight cap is reached. Once one record is in, it lingers for more as long as the
         pacer's plan says the arrival rate and the budget afford (moderator/kafka/pacing.py)."""
         while True:
-            await self._room.wait()
-            fetched = await self._get(FETCH_TIMEOUT_MS)
+            got = await self._gather()
+            # Tracked only now: a fetch cancelled while it lingers (a shutdown) leaves nothing in
+            # flight that nobody will finish, and the records of a partition revoked meanwhile
+            # are left to its new owner (never tracked, so never committed past).
+            fetched = [Fetched(self._ledger.track(tp, r.offset), r)
+                       for tp, r in got if self._ledger.owns(tp)]  # fmt: skip
             if fetched:
                 break
-        plan = self.pacer.plan()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + plan.wait_ms / 1000
-        while len(fetched) < plan.target and (left_s := deadline - loop.time()) > 0:
-            if self._ledger.in_flight >= self.settings.max_in_flight:
-                break
-            fetched.extend(await self._get(max(round(left_s * 1000), 1)))
-        self.pacer.arrived(len(fetched), loop.time())
         m = self.metrics
-        m.fetch_linger_ms.set(plan.wait_ms)
-        m.fetch_target.set(plan.target)
-        m.arrival_rate.set(self.pacer.rate)
         m.fetched_batch.observe(len(fetched))
         m.consumed.inc(len(fetched))
         self._in_flight_changed()
         return fetched
 
-    async def _get(self, timeout_ms: int) -> list[Fetched]:
-        """What one `getmany` returns within `timeout_ms` (maybe nothing), tracked in the ledger."""
+    async def _gather(self) -> list[tuple[TopicPartition, InboundRecord]]:
+        """One poll's records, and more while the pacer's plan lingers for them."""
+        while True:
+            await self._room.wait()
+            if got := await self._get(FETCH_TIMEOUT_MS, 0):
+                break
+        plan = self.pacer.plan()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + plan.wait_ms / 1000
+        while len(got) < plan.target and (left_s := deadline - loop.time()) > 0:
+            if self._ledger.in_flight + len(got) >= self.settings.max_in_flight:
+                break
+            got.extend(await self._get(max(round(left_s * 1000), 1), len(got)))
+        self.pacer.arrived(len(got), loop.time())
+        m = self.metrics
+        m.fetch_linger_ms.set(plan.wait_ms)
+        m.fetch_target.set(plan.target)
+        m.arrival_rate.set(self.pacer.rate)
+        return got
+
+    async def _get(self, timeout_ms: int, held: int) -> list[tuple[TopicPartition, InboundRecord]]:
+        """What one `getmany` returns within `timeout_ms` (maybe nothing), within the in-flight
+        cap less the `held` records this fetch has gathered already."""
         max_records = max(self.settings.max_batch * 4, 64)
         batches = await self.consumer.getmany(
             timeout_ms=timeout_ms,
-            max_records=min(max_records, self.settings.max_in_flight - self._ledger.in_flight),
+            max_records=min(
+                max_records, self.settings.max_in_flight - self._ledger.in_flight - held
+            ),
         )
-        fetched: list[Fetched] = []
+        got: list[tuple[TopicPartition, InboundRecord]] = []
         for tp, part in batches.items():
             if not self._ledger.owns(tp):
                 if tp not in self.consumer.assignment():
                     continue  # fetched just before a revocation: its new owner redoes it
                 self.adopt({tp})  # records may arrive before the listener has run
-            fetched.extend(Fetched(self._ledger.track(tp, r.offset), r) for r in part)
-        return fetched
+            got.extend((tp, r) for r in part)
+        return got
 
     def time_decided(self, unit: asyncio.Future[Any]) -> None:
         """Time from now (a fetch's return) to `unit`'s end (its batch decided), for the pacer:

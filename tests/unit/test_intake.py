@@ -331,6 +331,40 @@ async def test_a_linger_stops_at_the_in_flight_cap(monkeypatch: pytest.MonkeyPat
     assert capped.consumer.fetches[1] == (capped.consumer.fetches[1][0], 1)  # room for one
 
 
+async def test_a_fetch_cancelled_while_it_lingers_leaves_nothing_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slow = Harness(monkeypatch, budget_ms=5000, fetch_linger_max_ms=1000)  # lingers up to 1 s
+    await slow.start(TP0)
+    slow.consumer.times_out = True
+    busy(slow, rate=2)  # 2/s: a wait of 1 s for 2 more
+    slow.consumer.batches.put_nowait({TP0: records(TP0, 0)})
+    fetching = asyncio.create_task(slow.intake.fetch())
+    await eventually(lambda: len(slow.consumer.fetches) >= 2, "lingering for more")
+    fetching.cancel()  # a shutdown: the fetch loop is stopped
+    with pytest.raises(asyncio.CancelledError):
+        await fetching
+    assert await slow.intake.release({TP0}, forget=False), "no work waits to be finished"
+    assert slow.committed() == []  # and nothing was committed for it
+
+
+async def test_records_of_a_partition_revoked_while_a_fetch_lingers_are_left_to_its_next_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slow = Harness(monkeypatch, budget_ms=5000, fetch_linger_max_ms=1000, max_batch=1)
+    await slow.start(TP0, TP1)
+    slow.consumer.times_out = True
+    busy(slow, rate=2)  # 2/s: a target of 2 x max_batch = 2 records, within 0.5 s
+    slow.consumer.batches.put_nowait({TP1: records(TP1, 7)})
+    fetching = asyncio.create_task(slow.intake.fetch())
+    await eventually(lambda: len(slow.consumer.fetches) >= 2, "lingering for more")
+    slow.consumer.assigned.discard(TP1)
+    await slow.consumer.listener.on_partitions_revoked({TP1})  # nothing of TP1's in flight
+    slow.consumer.batches.put_nowait({TP0: records(TP0, 3)})
+    assert offsets(await fetching) == [(TP0, 3)]
+    assert slow.sample("in_flight") == 1
+
+
 async def test_with_lingering_off_a_fetch_takes_what_one_getmany_brings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
