@@ -26,7 +26,7 @@ from typing import IO, Self
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from devstack.embedded import terminate
+from devstack.embedded import TANSU_FETCH_MAX_WAIT_MS, terminate
 
 METRICS_LINE = re.compile(r"metrics\s+http://\S+:(\d+)/metrics")
 READY_TIMEOUT_S = 120.0
@@ -38,6 +38,7 @@ def moderator_env(**settings: object) -> dict[str, str]:
     the metrics port defaults to 0 (a free one, printed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODERATOR_")}
     env.update(MODERATOR_METRICS_PORT="0", PYTHONUNBUFFERED="1")
+    env.update(MODERATOR_FETCH_MAX_WAIT_MS=str(TANSU_FETCH_MAX_WAIT_MS))  # children run on Tansu
     for name, value in settings.items():
         env[f"MODERATOR_{name.upper()}"] = "" if value is None else str(value)
     return env

@@ -58,7 +58,12 @@ are not offered, and their MODERATOR_* variables are ignored; every other settin
 
 def run_dev(args: argparse.Namespace) -> int:
     """The embedded stack and one moderator in the foreground, until Ctrl+C / SIGTERM."""
-    from devstack.embedded import EmbeddedKafka, EmbeddedRedis, broker_binary
+    from devstack.embedded import (
+        TANSU_FETCH_MAX_WAIT_MS,
+        EmbeddedKafka,
+        EmbeddedRedis,
+        broker_binary,
+    )
 
     base = dev_settings(args)
     protect(base.secrets())
@@ -73,7 +78,11 @@ def run_dev(args: argparse.Namespace) -> int:
         data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="moderator-redis-")))
         redis = stack.enter_context(EmbeddedRedis(args.redis_port, data_dir=data))
         say(f"redis    {redis.url}")
-        settings = base.replace(kafka_bootstrap=kafka.bootstrap, redis_url=redis.url)
+        settings = base.replace(  # a production wait from the shell would be latency here
+            kafka_bootstrap=kafka.bootstrap,
+            redis_url=redis.url,
+            fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+        )
         return loop.run(serve(settings, topic_partitions(settings, settings.topic_partitions)))
 
 

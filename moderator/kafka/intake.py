@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
@@ -22,6 +22,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from moderator.config import Settings
 from moderator.kafka.connect import start_client
 from moderator.kafka.ledger import Entry, OffsetLedger
+from moderator.kafka.pacing import Pacer
 from moderator.metric_wings import KafkaMetrics
 from moderator.records import InboundRecord
 
@@ -57,6 +58,11 @@ class Intake:
         self._on_assigned = on_assigned
         self._on_abandoned = on_abandoned
         self._ledger = OffsetLedger()
+        self.pacer = Pacer(
+            budget_ms=settings.budget_ms,
+            max_linger_ms=settings.fetch_linger_max_ms,
+            max_target=settings.max_batch * 2,
+        )
         self._room = asyncio.Event()  # set while fewer than max_in_flight are unacknowledged
         self._room.set()
         self._moved = asyncio.Event()  # set when the in-flight count moves, or by `interrupt`
@@ -76,6 +82,7 @@ class Intake:
             enable_auto_commit=False,
             auto_offset_reset=s.auto_offset_reset,
             fetch_max_wait_ms=s.fetch_max_wait_ms,
+            fetch_min_bytes=s.fetch_min_bytes,
             **s.consumer_timeouts(),
             client_id="moderator",
         )
@@ -90,25 +97,68 @@ class Intake:
 
     async def fetch(self) -> list[Fetched]:
         """The next records fetched (never none), each tracked in the ledger; waits while the
-        in-flight cap is reached."""
-        max_records = max(self.settings.max_batch * 4, 64)
+        in-flight cap is reached. Once one record is in, it lingers for more as long as the
+        pacer's plan says the arrival rate and the budget afford (moderator/kafka/pacing.py)."""
+        while True:
+            got = await self._gather()
+            # Tracked only now: a fetch cancelled while it lingers (a shutdown) leaves nothing in
+            # flight that nobody will finish, and the records of a partition revoked meanwhile
+            # are left to its new owner (never tracked, so never committed past).
+            fetched = [Fetched(self._ledger.track(tp, r.offset), r)
+                       for tp, r in got if self._ledger.owns(tp)]  # fmt: skip
+            if fetched:
+                break
+        m = self.metrics
+        m.fetched_batch.observe(len(fetched))
+        m.consumed.inc(len(fetched))
+        self._in_flight_changed()
+        return fetched
+
+    async def _gather(self) -> list[tuple[TopicPartition, InboundRecord]]:
+        """One poll's records, and more while the pacer's plan lingers for them."""
         while True:
             await self._room.wait()
-            batches = await self.consumer.getmany(
-                timeout_ms=FETCH_TIMEOUT_MS,
-                max_records=min(max_records, self.settings.max_in_flight - self._ledger.in_flight),
-            )
-            fetched: list[Fetched] = []
-            for tp, part in batches.items():
-                if not self._ledger.owns(tp):
-                    if tp not in self.consumer.assignment():
-                        continue  # fetched just before a revocation: its new owner redoes it
-                    self.adopt({tp})  # records may arrive before the listener has run
-                fetched.extend(Fetched(self._ledger.track(tp, r.offset), r) for r in part)
-            if fetched:
-                self.metrics.consumed.inc(len(fetched))
-                self._in_flight_changed()
-                return fetched
+            if got := await self._get(FETCH_TIMEOUT_MS, 0):
+                break
+        plan = self.pacer.plan()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + plan.wait_ms / 1000
+        while len(got) < plan.target and (left_s := deadline - loop.time()) > 0:
+            if self._ledger.in_flight + len(got) >= self.settings.max_in_flight:
+                break
+            got.extend(await self._get(max(round(left_s * 1000), 1), len(got)))
+        self.pacer.arrived(len(got), loop.time())
+        m = self.metrics
+        m.fetch_linger_ms.set(plan.wait_ms)
+        m.fetch_target.set(plan.target)
+        m.arrival_rate.set(self.pacer.rate)
+        return got
+
+    async def _get(self, timeout_ms: int, held: int) -> list[tuple[TopicPartition, InboundRecord]]:
+        """What one `getmany` returns within `timeout_ms` (maybe nothing), within the in-flight
+        cap less the `held` records this fetch has gathered already."""
+        max_records = max(self.settings.max_batch * 4, 64)
+        batches = await self.consumer.getmany(
+            timeout_ms=timeout_ms,
+            max_records=min(
+                max_records, self.settings.max_in_flight - self._ledger.in_flight - held
+            ),
+        )
+        got: list[tuple[TopicPartition, InboundRecord]] = []
+        for tp, part in batches.items():
+            if not self._ledger.owns(tp):
+                if tp not in self.consumer.assignment():
+                    continue  # fetched just before a revocation: its new owner redoes it
+                self.adopt({tp})  # records may arrive before the listener has run
+            got.extend((tp, r) for r in part)
+        return got
+
+    def time_decided(self, unit: asyncio.Future[Any]) -> None:
+        """Time from now (a fetch's return) to `unit`'s end (its batch decided), for the pacer:
+        the p99 of what follows a fetch is what leaves its linger room in the budget."""
+        loop = asyncio.get_running_loop()
+        fetched_at = loop.time()
+        unit.add_done_callback(lambda _: self.pacer.decided((loop.time() - fetched_at) * 1000))
 
     def acked(self, entry: Entry) -> None:
         """`entry`'s outcome is on the broker."""

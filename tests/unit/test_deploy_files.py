@@ -24,6 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from console.auth import verifier_from
 from console.commands import MODERATOR_SETTINGS
 from console.config import ConsoleSettings, env_name
+from devstack.child import moderator_env
+from devstack.embedded import TANSU_FETCH_MAX_WAIT_MS
 from moderator.config import Settings
 from moderator.kafka.connect import STOP_TIMEOUT_S
 from moderator.kafka.intake import FINAL_COMMIT_MIN_S
@@ -271,6 +273,33 @@ def test_systemd_waits_for_the_longest_shutdown_as_long_as_kubernetes_and_compos
     grace_k8s = rendered("base")["Deployment"]["spec"]["template"]["spec"]
     compose_s = int(compose()["services"]["moderator"]["stop_grace_period"].removesuffix("s"))
     assert stop_s == grace_k8s["terminationGracePeriodSeconds"] == compose_s
+
+
+# -- the fetch wait each broker needs ------------------------------------------------------------
+
+# Apache Kafka's own default fetch.max.wait.ms: it answers a fetch as soon as data arrives, so the
+# wait only bounds idle fetches (two a second instead of two hundred at Tansu's 5 ms).
+APACHE_KAFKA_FETCH_MAX_WAIT_MS = 500
+
+
+def test_each_deployment_sets_the_fetch_wait_its_broker_needs() -> None:
+    """Every shipped deployment runs on Apache Kafka (Strimzi, the dev services' and compose's
+    apache/kafka image, the systemd example's brokers) and says so with the long wait; the dev
+    stack and its children run on Tansu, which holds each fetch the whole wait: the short one."""
+    example = dict(line.split("=", 1) for line in
+                   (REPO / "deploy" / "moderator.env.example").read_text().splitlines()
+                   if line.startswith("MODERATOR_"))  # fmt: skip
+    apache = {f"k8s {layout}": config(layout)["MODERATOR_FETCH_MAX_WAIT_MS"] for layout in LAYOUTS}
+    apache["compose"] = compose()["services"]["moderator"]["environment"][
+        "MODERATOR_FETCH_MAX_WAIT_MS"
+    ]
+    apache["systemd example"] = example["MODERATOR_FETCH_MAX_WAIT_MS"]
+    assert apache == dict.fromkeys(apache, str(APACHE_KAFKA_FETCH_MAX_WAIT_MS))
+    assert "apache/kafka" in compose()["services"]["kafka"]["image"]
+    assert Settings().fetch_max_wait_ms == TANSU_FETCH_MAX_WAIT_MS  # unset: the dev stack's
+    env = moderator_env(kafka_bootstrap="h:1")  # how bench, chaos and the tests start one
+    assert env["MODERATOR_FETCH_MAX_WAIT_MS"] == str(TANSU_FETCH_MAX_WAIT_MS)
+    assert moderator_env(fetch_max_wait_ms=50)["MODERATOR_FETCH_MAX_WAIT_MS"] == "50"
 
 
 # -- Strimzi: the topics and the Kafka user --------------------------------------------------------

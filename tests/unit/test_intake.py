@@ -23,6 +23,7 @@ from moderator.errors import KafkaConnectError
 from moderator.kafka import intake as intake_module
 from moderator.kafka.intake import Fetched, Intake
 from moderator.kafka.ledger import Entry
+from moderator.kafka.pacing import MIN_SAMPLES, RATE_TAU_S
 from moderator.metrics import Metrics
 from tests.waiting import eventually
 
@@ -62,6 +63,7 @@ class Consumer:
         self.commits: list[dict[TopicPartition, OffsetAndMetadata]] = []
         self.commit_errors: deque[BaseException] = deque()  # raised by the next commits
         self.commit_hangs = False
+        self.times_out = False  # getmany returns {} past its timeout (else it waits for a batch)
         self.highwaters: dict[TopicPartition, int] = {}
         self.broker_committed: dict[TopicPartition, int] = {}
 
@@ -80,7 +82,12 @@ class Consumer:
         if max_records < 1:  # as aiokafka's
             raise ValueError("`max_records` must be a positive Integer")
         self.fetches.append((timeout_ms, max_records))
-        return await self.batches.get()
+        if not self.times_out:
+            return await self.batches.get()
+        try:  # as aiokafka's: nothing within the timeout is an empty answer
+            return await asyncio.wait_for(self.batches.get(), timeout_ms / 1000)
+        except TimeoutError:
+            return {}
 
     def assignment(self) -> set[TopicPartition]:
         return self.assigned
@@ -175,6 +182,7 @@ async def test_the_consumer_joins_the_group_on_the_input_topic_with_auto_commit_
         "enable_auto_commit": False,  # an offset is committed only once its work is acknowledged
         "auto_offset_reset": s.auto_offset_reset,
         "fetch_max_wait_ms": s.fetch_max_wait_ms,
+        "fetch_min_bytes": s.fetch_min_bytes,
         **s.consumer_timeouts(),
         "client_id": "moderator",
     }
@@ -274,6 +282,101 @@ async def test_fetching_waits_at_the_in_flight_cap_until_an_ack(
     assert offsets(await waiting) == [(TP0, 2)]
     assert capped.consumer.fetches[1] == (100, 1)  # room for one
     assert capped.sample("in_flight") == 2
+
+
+def busy(h: Harness, rate: float = 1000.0) -> None:
+    """Feed `h`'s pacer a busy stream (`rate` records/s) and quick batches: it plans a linger."""
+    for _ in range(MIN_SAMPLES):
+        h.intake.pacer.decided(5.0)
+    h.intake.pacer.arrived(0, 0.0)
+    h.intake.pacer.arrived(round(rate), RATE_TAU_S)
+
+
+async def test_a_busy_stream_lingers_to_gather_the_pacers_target(harness: Harness) -> None:
+    await harness.start(TP0, TP1)
+    harness.consumer.times_out = True
+    busy(harness)  # 1000/s: 10 more within the cap's 10 ms
+    plan = harness.intake.pacer.plan()
+    assert plan.target > 6
+    for offset in range(3):  # one record a getmany: a linger gathers them
+        harness.consumer.batches.put_nowait({TP0: records(TP0, offset), TP1: records(TP1, offset)})
+    fetched = await harness.intake.fetch()
+    assert offsets(fetched) == [(tp, o) for o in range(3) for tp in (TP0, TP1)]  # fetch order
+    assert len(harness.consumer.fetches) >= 4  # the last one waited, for nothing
+    assert harness.sample("fetched_batch_size_sum") == 6
+    assert harness.sample("fetch_target") == plan.target
+    assert harness.sample("fetch_linger_ms") == pytest.approx(plan.wait_ms)
+    assert harness.sample("in_flight") == 6
+
+
+async def test_a_linger_ends_at_its_deadline_with_what_it_has(harness: Harness) -> None:
+    await harness.start(TP0)
+    harness.consumer.times_out = True
+    busy(harness)
+    fetched = await harness.fetch({TP0: records(TP0, 0)})
+    assert offsets(fetched) == [(TP0, 0)]  # nothing more came within the wait
+    assert len(harness.consumer.fetches) >= 2  # it did wait
+    assert all(timeout_ms <= 10 for timeout_ms, _ in harness.consumer.fetches[1:])
+
+
+async def test_a_linger_stops_at_the_in_flight_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    capped = Harness(monkeypatch, max_in_flight=2)
+    await capped.start(TP0)
+    capped.consumer.times_out = True
+    busy(capped)
+    capped.consumer.batches.put_nowait({TP0: records(TP0, 0)})
+    capped.consumer.batches.put_nowait({TP0: records(TP0, 1)})
+    capped.consumer.batches.put_nowait({TP0: records(TP0, 2)})
+    assert offsets(await capped.intake.fetch()) == [(TP0, 0), (TP0, 1)]
+    assert capped.consumer.fetches[1] == (capped.consumer.fetches[1][0], 1)  # room for one
+
+
+async def test_a_fetch_cancelled_while_it_lingers_leaves_nothing_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slow = Harness(monkeypatch, budget_ms=5000, fetch_linger_max_ms=1000)  # lingers up to 1 s
+    await slow.start(TP0)
+    slow.consumer.times_out = True
+    busy(slow, rate=2)  # 2/s: a wait of 1 s for 2 more
+    slow.consumer.batches.put_nowait({TP0: records(TP0, 0)})
+    fetching = asyncio.create_task(slow.intake.fetch())
+    await eventually(lambda: len(slow.consumer.fetches) >= 2, "lingering for more")
+    fetching.cancel()  # a shutdown: the fetch loop is stopped
+    with pytest.raises(asyncio.CancelledError):
+        await fetching
+    assert await slow.intake.release({TP0}, forget=False), "no work waits to be finished"
+    assert slow.committed() == []  # and nothing was committed for it
+
+
+async def test_records_of_a_partition_revoked_while_a_fetch_lingers_are_left_to_its_next_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slow = Harness(monkeypatch, budget_ms=5000, fetch_linger_max_ms=1000, max_batch=1)
+    await slow.start(TP0, TP1)
+    slow.consumer.times_out = True
+    busy(slow, rate=2)  # 2/s: a target of 2 x max_batch = 2 records, within 0.5 s
+    slow.consumer.batches.put_nowait({TP1: records(TP1, 7)})
+    fetching = asyncio.create_task(slow.intake.fetch())
+    await eventually(lambda: len(slow.consumer.fetches) >= 2, "lingering for more")
+    slow.consumer.assigned.discard(TP1)
+    await slow.consumer.listener.on_partitions_revoked({TP1})  # nothing of TP1's in flight
+    slow.consumer.batches.put_nowait({TP0: records(TP0, 3)})
+    assert offsets(await fetching) == [(TP0, 3)]
+    assert slow.sample("in_flight") == 1
+
+
+async def test_with_lingering_off_a_fetch_takes_what_one_getmany_brings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    off = Harness(monkeypatch, max_batch=20, max_in_flight=100, fetch_linger_max_ms=0)
+    await off.start(TP0)
+    off.consumer.times_out = True
+    busy(off, rate=5000)
+    off.consumer.batches.put_nowait({TP0: records(TP0, 0)})
+    off.consumer.batches.put_nowait({TP0: records(TP0, 1)})
+    assert offsets(await off.intake.fetch()) == [(TP0, 0)]
+    assert off.consumer.fetches == [(100, 80)]  # as before pacing: one getmany
+    assert off.sample("fetch_linger_ms") == 0
 
 
 # -- committing ----------------------------------------------------------------------------

@@ -280,6 +280,21 @@ async def test_fresh_scores_go_to_l1_at_once_and_to_redis_in_the_background(
     assert started.sample("redis_round_trips_total", part="cache_write") == 1, "one pipeline"
 
 
+async def test_writes_of_batches_close_together_share_one_round_trip(
+    started: Cache, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "WRITE_COALESCE_S", 0.5)  # no loop is stalled this long
+    started.cache.put_many([(A, scores(0.5))])
+    for _ in range(5):
+        await asyncio.sleep(0)  # the writer has taken A and waits for company
+    started.cache.put_many([(B, scores(0.5))])
+    await asyncio.sleep(0)
+    started.cache.put_many([(C, scores(0.5))])
+    await eventually(lambda: len(redis.client.data) == 3, "all three written")
+    assert started.sample("redis_round_trips_total", part="cache_write") == 1, "one pipeline"
+    assert redis.client.pipelines == 1
+
+
 async def test_writes_are_dropped_while_redis_is_down_and_a_failed_write_opens_the_breaker(
     started: Cache, redis: Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
