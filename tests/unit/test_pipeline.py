@@ -62,6 +62,8 @@ async def test_outcomes_come_back_in_record_order(pipeline: Pipeline) -> None:
     assert [o.dead_letter for o in outcomes] == [False, True, False, False]
     assert dict(outcomes[1].headers)[DLQ_ERROR_CODE] == b"invalid_json"
     assert outcomes[1].value == b"{broken"
+    decided = [orjson.loads(o.value or b"") for o in outcomes if not o.dead_letter]
+    assert {(d["strikes"], d["escalated"]) for d in decided} == {(0, False)}, "no users' rules"
     ids = [orjson.loads(o.value or b"")["message_id"] for o in outcomes if not o.dead_letter]
     assert ids == ["m-0", "m-2", "m-3"]
     assert orjson.loads(outcomes[2].value or b"")["reason"] == "empty_text"
