@@ -9,13 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
 from moderator.errors import PolicyError
 from moderator.kafka import compacted
 from moderator.kafka.compacted import TopicState
-from moderator.kafka.connect import start_client, stop_within
-from moderator.kafka.topics import COMPACTED, ensure_topics
 from moderator.policy.channels import DEFAULT_KEY, PolicyBook
 from moderator.policy.rules import Policy
 
@@ -78,13 +75,9 @@ async def write(
     replication: int = 1,
 ) -> None:
     """Publish `spec` for `key` (None: a tombstone), acknowledged by every in-sync replica."""
-    await ensure_topics(
-        kafka_options, {topic: 1}, configs={topic: COMPACTED}, replication=replication
+    value = None if spec is None else orjson.dumps(spec)
+    role = "publishing the policy"
+    records = [(key, value)]
+    await compacted.publish(
+        kafka_options, topic, records, client_id=CLIENT_ID, role=role, replication=replication
     )
-    producer = AIOKafkaProducer(**kafka_options, acks="all", client_id=CLIENT_ID)
-    try:
-        await start_client(producer, kafka_options, "publishing the policy")
-        value = None if spec is None else orjson.dumps(spec)
-        await producer.send_and_wait(topic, value, key=key.encode())
-    finally:
-        await stop_within(producer)

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-
 from moderator import loop
 from moderator.admin.override_admin import utc
 from moderator.commandline import (
@@ -38,8 +36,6 @@ from moderator.decide.classifier import ModelInfo
 from moderator.errors import ConfigError, ModelError
 from moderator.kafka import compacted
 from moderator.kafka.compacted import TopicState
-from moderator.kafka.connect import start_client, stop_within
-from moderator.kafka.topics import COMPACTED, ensure_topics
 from moderator.redaction import protect
 from moderator.review.overrides import wall_ms
 from moderator.shadow.control import (
@@ -82,22 +78,17 @@ async def read_state(kafka_options: Mapping[str, Any], topic: str) -> RolloutSta
     return await compacted.read_state(kafka_options, topic, state, client_id=CLIENT_ID, role=ROLE)
 
 
-async def write(
+async def write_rollout(
     kafka_options: Mapping[str, Any], topic: str, rollout: Rollout, replication: int = 1
 ) -> None:
     """The change under its audit key, then as the record in effect, both acknowledged by every
     in-sync replica (one partition: in this order)."""
-    await ensure_topics(
-        kafka_options, {topic: 1}, configs={topic: COMPACTED}, replication=replication
+    value = rollout.encode()
+    records = [(audit_key(rollout), value), (KEY, value)]
+    role = "writing the rollout record"
+    await compacted.publish(
+        kafka_options, topic, records, client_id=CLIENT_ID, role=role, replication=replication
     )
-    producer = AIOKafkaProducer(**kafka_options, acks="all", client_id=CLIENT_ID)
-    try:
-        await start_client(producer, kafka_options, "writing the rollout record")
-        value = rollout.encode()
-        await producer.send_and_wait(topic, value, key=audit_key(rollout).encode())
-        await producer.send_and_wait(topic, value, key=KEY.encode())
-    finally:
-        await stop_within(producer)
 
 
 def local_ref(directory: Path) -> ModelRef:
@@ -128,7 +119,7 @@ def checked(pair: Pair, here: Mapping[ModelRef, Path]) -> Pair:
     return pair
 
 
-def describe(r: Rollout) -> list[str]:
+def rollout_lines(r: Rollout) -> list[str]:
     lines = [f"primary\t{r.pair.primary.model}\t{r.pair.primary.sha256}"]
     lines.append(f"shadow\t{r.pair.shadow.model}\t{r.pair.shadow.sha256}")
     lines.append(f"set\t{r.change} by {r.by} at {utc(r.at_ms)}")
@@ -200,7 +191,7 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         else:
-            print("\n".join(describe(current)))
+            print("\n".join(rollout_lines(current)))
         return 0
     here = local_models(settings)
     by, now = args.operator, wall_ms()
@@ -216,6 +207,6 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
             raise ConfigError(f"no rollout record on {topic}: nothing to roll back")
         new = rolled_back(current, by, now)
     checked(new.pair, here)
-    loop.run(write(kafka, topic, new, settings.topic_replication))
+    loop.run(write_rollout(kafka, topic, new, settings.topic_replication))
     say(f"{topic}: {new.pair.primary} decides, {new.pair.shadow} shadows ({new.change} by {by})")
     return 0

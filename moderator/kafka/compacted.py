@@ -14,15 +14,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from moderator.kafka.connect import start_client, stop_within
-from moderator.kafka.topics import compacted_reader
+from moderator.kafka.topics import COMPACTED, compacted_reader, ensure_topics
 from moderator.tasks import cancel
 
 POLL_MS = 200  # a change is applied within about this long after it is written
@@ -216,3 +216,27 @@ async def _behind(consumer: AIOKafkaConsumer, ends: Mapping[TopicPartition, int]
         if await consumer.position(tp) < end:
             return True
     return False
+
+
+async def publish(
+    kafka_options: Mapping[str, Any],
+    topic: str,
+    records: Sequence[tuple[str, bytes | None]],
+    *,
+    client_id: str,
+    role: str,
+    replication: int = 1,
+) -> None:
+    """Write `records` (key, value; None: a tombstone) to the compacted one-partition `topic`, in
+    order, each acknowledged by every in-sync replica before the next: an operator's change
+    (`moderator policy set`, `moderator rollout`) is on the table when the command returns."""
+    await ensure_topics(
+        kafka_options, {topic: 1}, configs={topic: COMPACTED}, replication=replication
+    )
+    producer = AIOKafkaProducer(**kafka_options, acks="all", client_id=client_id)
+    try:
+        await start_client(producer, kafka_options, role)
+        for key, value in records:
+            await producer.send_and_wait(topic, value, key=key.encode())
+    finally:
+        await stop_within(producer)

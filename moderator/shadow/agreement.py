@@ -69,7 +69,9 @@ def _side(model: str, ruling: Ruling, scores: Mapping[str, float]) -> dict[str, 
     }
 
 
-def record(primary: Primary, shadow: Judged, shadow_model: str, at_ms: int) -> dict[str, Any]:
+def disagreement_record(
+    primary: Primary, shadow: Judged, shadow_model: str, at_ms: int
+) -> dict[str, Any]:
     """The shadow topic's record of a disagreement: the message's ids, both models' actions,
     reasons and top scores. No text and no user: a week of these holds ids and figures only."""
     compared = compare(primary, shadow)

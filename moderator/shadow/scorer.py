@@ -34,7 +34,7 @@ from moderator.kafka.connect import Sender
 from moderator.kafka.topics import ensure_topics
 from moderator.metric_models import ShadowMetrics
 from moderator.metric_wings import DEFAULT_ACTIONS
-from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, record
+from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, disagreement_record
 from moderator.tasks import cancel
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,9 @@ class Shadow:
             return
         m.disagreed[pair.label, pair.language].inc()
         if self.producer is not None:
-            value = orjson.dumps(record(primary, shadow, model, int(time.time() * 1000)))
+            value = orjson.dumps(
+                disagreement_record(primary, shadow, model, int(time.time() * 1000))
+            )
             await self._send(primary.chat.channel_id.encode(), value)
 
     async def _send(self, key: bytes, value: bytes) -> None:

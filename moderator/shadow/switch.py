@@ -40,7 +40,7 @@ from moderator.tasks import cancel
 log = logging.getLogger(__name__)
 
 
-class Refused(ModeratorError):
+class RolloutRefused(ModeratorError):
     """A rollout this instance cannot apply; `reason` is the metric's label."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -103,7 +103,7 @@ def ref_of(classifier: Classifier) -> ModelRef:
 
 
 def resolve(pair: Pair, available: Mapping[ModelRef, Path]) -> tuple[Path, Path]:
-    """The directories of the pair's models among those this instance has; Refused if one is
+    """The directories of the pair's models among those this instance has; RolloutRefused if one is
     not there (`not_found`), or is there with another sha256 (`sha256`)."""
     found = []
     for role, ref in (("primary", pair.primary), ("shadow", pair.shadow)):
@@ -112,9 +112,9 @@ def resolve(pair: Pair, available: Mapping[ModelRef, Path]) -> tuple[Path, Path]
             continue
         same_name = [have for have in available if have.model == ref.model]
         if same_name:
-            raise Refused("sha256", f"{role} {ref}: this instance's {same_name[0]} differs")
+            raise RolloutRefused("sha256", f"{role} {ref}: this instance's {same_name[0]} differs")
         have = ", ".join(str(r) for r in available)
-        raise Refused("not_found", f"{role} {ref}: not a model this instance has ({have})")
+        raise RolloutRefused("not_found", f"{role} {ref}: not a model this instance has ({have})")
     return found[0], found[1]
 
 
@@ -129,7 +129,7 @@ def load(
 ) -> Reader:
     """The model in `directory`, loaded, checked against `ref` and self-checked, then warmed up
     (not for the shadow's role: its first batches may pay for their shapes, off the path);
-    Refused (`load`, `sha256`, `self_check`) otherwise. Runs on a thread.
+    RolloutRefused (`load`, `sha256`, `self_check`) otherwise. Runs on a thread.
 
     The language gate of `like` (the reader that had this model in its other role) is reused
     when it reads the same languages: building one takes ~0.8 s, most of a switch's time."""
@@ -140,16 +140,16 @@ def load(
         else:
             reader = reader_for(classifier, max_windows=s.max_windows)
     except Exception as exc:
-        raise Refused("load", f"{ref}: {directory} fails to load: {exc}") from exc
+        raise RolloutRefused("load", f"{ref}: {directory} fails to load: {exc}") from exc
     if ref_of(classifier) != ref:  # its manifest changed on disk since the instance started
-        raise Refused("sha256", f"{ref}: {directory} now holds {ref_of(classifier)}")
+        raise RolloutRefused("sha256", f"{ref}: {directory} now holds {ref_of(classifier)}")
     try:
         wrong = failures(classifier)
     except Exception as exc:
-        raise Refused("self_check", f"{ref}: {directory}: self-check: {exc}") from exc
+        raise RolloutRefused("self_check", f"{ref}: {directory}: self-check: {exc}") from exc
     if wrong:
         shown = "; ".join(wrong[:3])
-        raise Refused("self_check", f"{ref}: {directory}: self-check failed ({shown})")
+        raise RolloutRefused("self_check", f"{ref}: {directory}: self-check failed ({shown})")
     if warm:
         classifier.warm_up(s.max_batch)
     return reader
@@ -261,11 +261,11 @@ class ModelSwitch:
             return
         try:
             if pair is None or self.shadow is None:
-                raise Refused("not_found", "this instance has no shadow model to switch to")
+                raise RolloutRefused("not_found", "this instance has no shadow model to switch to")
             readers = [self.pipeline.model.reader, self.shadow.reader]
             held = {ref_of(r.classifier): r for r in readers}  # what each model reads with now
             primary, shadow = await asyncio.to_thread(self._load, pair, held)
-        except Refused as exc:
+        except RolloutRefused as exc:
             rollout_m.refused[exc.reason].inc()
             rollout_m.records["refused"].inc()
             log.error("rollout %s refused: %s; %s", who, exc, self._in_effect())

@@ -39,7 +39,7 @@ from moderator.shadow.control import (
     rolled_back,
 )
 from moderator.shadow.scorer import Shadow
-from moderator.shadow.switch import ModelSwitch, Refused, load, ref_of, resolve
+from moderator.shadow.switch import ModelSwitch, RolloutRefused, load, ref_of, resolve
 from tests.candidate import candidate_model
 from tests.unit.test_pipeline import message
 from tests.waiting import eventually
@@ -112,10 +112,10 @@ def test_the_book_takes_the_rollout_key_passes_over_audit_keys_and_refuses_any_o
 def test_a_model_the_instance_lacks_or_has_with_another_sha256_is_refused() -> None:
     here = {A: Path("/models/a"), B: Path("/models/b")}
     assert resolve(Pair(B, A), here) == (Path("/models/b"), Path("/models/a"))
-    with pytest.raises(Refused, match="not a model this instance has") as missing:
+    with pytest.raises(RolloutRefused, match="not a model this instance has") as missing:
         resolve(Pair(A, ModelRef("other@1", "c" * 64)), here)
     assert missing.value.reason == "not_found"
-    with pytest.raises(Refused, match="this instance's chat-minilm@707ee4") as differs:
+    with pytest.raises(RolloutRefused, match="this instance's chat-minilm@707ee4") as differs:
         resolve(Pair(ModelRef(A.model, "d" * 64), B), here)
     assert differs.value.reason == "sha256"
 
@@ -140,7 +140,7 @@ def test_the_self_check_passes_on_the_lines_a_model_recorded_and_fails_on_anothe
     assert all("toxicity" in f or "obscene" in f for f in found), found
     settings = Settings(max_batch=2)
     ref = ref_of(Classifier(theirs, threads=1))
-    with pytest.raises(Refused, match="self-check failed") as refused:
+    with pytest.raises(RolloutRefused, match="self-check failed") as refused:
         load(theirs, ref, 1, settings)
     assert refused.value.reason == "self_check"
     assert load(own, ref_of(candidate), 1, settings).classifier.info.ident == ref.model
@@ -152,13 +152,15 @@ def test_a_directory_that_fails_to_load_or_changed_since_the_start_is_refused(
     folder = candidate_model(tmp_path / "broken")
     ref, settings = ref_of(Classifier(folder, threads=1)), Settings(max_batch=2)
     (folder / "tokenizer.json").write_text("{}")
-    with pytest.raises(Refused, match="fails to load") as broken:
+    with pytest.raises(RolloutRefused, match="fails to load") as broken:
         load(folder, ref, 1, settings)
     assert broken.value.reason == "load"
     renamed = candidate_model(tmp_path / "renamed")
     manifest = json.loads((renamed / "manifest.json").read_text())
     (renamed / "manifest.json").write_text(json.dumps(manifest | {"version": "retrained"}))
-    with pytest.raises(Refused, match="now holds chat-minilm-candidate@retrained") as changed:
+    with pytest.raises(
+        RolloutRefused, match="now holds chat-minilm-candidate@retrained"
+    ) as changed:
         load(renamed, ref, 1, settings)
     assert changed.value.reason == "sha256"
 

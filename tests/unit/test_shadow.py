@@ -27,7 +27,7 @@ from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
 from moderator.policy.rules import Policy, Ruling, read_spec
 from moderator.records import ChatMessage
-from moderator.shadow.agreement import Compared, Primary, compare, record
+from moderator.shadow.agreement import Compared, Primary, compare, disagreement_record
 from moderator.shadow.scorer import Shadow, read
 from tests.candidate import LANGUAGES, SWAPPED, candidate_model
 from tests.contract import check_shadow
@@ -171,7 +171,7 @@ def test_a_disagreement_record_holds_ids_actions_reasons_and_top_scores(
     policy = Policy.load()
     (primary,) = primaries(reader, policy, [TEXTS[3]])
     (shadow,) = decide_texts(candidate, policy, [TEXTS[3]])
-    got = record(primary, shadow, candidate.classifier.info.ident, 42)
+    got = disagreement_record(primary, shadow, candidate.classifier.info.ident, 42)
     top = max(shadow.scores, key=lambda label: shadow.scores[label])
     assert got == {
         "message_id": "m-0",
@@ -195,8 +195,8 @@ def test_a_disagreement_record_holds_ids_actions_reasons_and_top_scores(
     assert got["primary"]["top"]["label"] in reader.classifier.labels
     check_shadow(orjson.loads(orjson.dumps(got)))  # as the topic holds it
     unscored = primary._replace(scores={}, language=None)
-    assert record(unscored, shadow, "x@1", 42)["primary"]["top"] is None
-    neither = record(unscored, shadow._replace(language=None), "x@1", 42)
+    assert disagreement_record(unscored, shadow, "x@1", 42)["primary"]["top"] is None
+    neither = disagreement_record(unscored, shadow._replace(language=None), "x@1", 42)
     assert neither["language"] is None
     check_shadow(neither)
 
@@ -283,7 +283,9 @@ async def test_pairs_are_counted_and_each_disagreement_handed_to_the_producer(
     }
     for i in disagreed:
         topic, key, got = records[items[i].chat.message_id]
-        want = record(items[i], judged[i], candidate.classifier.info.ident, got["at_ms"])
+        want = disagreement_record(
+            items[i], judged[i], candidate.classifier.info.ident, got["at_ms"]
+        )
         assert (topic, key, got) == ("chat.shadow", items[i].chat.channel_id.encode(), want)
     assert value(metrics, "records_total", result="sent") == 0, "counted once delivered"
     for *_, delivery in producer.sent:
