@@ -22,6 +22,7 @@ from moderator.policy.rules import Policy, read_spec
 from moderator.records import DLQ_ERROR_CODE
 from moderator.review.held import HeldStore
 from moderator.review.hold import Review
+from moderator.shadow.scorer import Shadow
 
 
 class Record(NamedTuple):
@@ -348,3 +349,72 @@ async def test_an_unkeyed_record_is_keyed_by_its_channel(pipeline: Pipeline) -> 
     keyed, unkeyed = message(0, "gg"), message(1, "gg")._replace(key=None)
     outcomes = await pipeline.process([keyed._replace(key=b"mine"), unkeyed])
     assert [o.key for o in outcomes] == [b"mine", b"c-1"]
+
+
+async def test_the_shadow_is_handed_each_decision_as_it_was_published(
+    pipeline: Pipeline, reader: Reader
+) -> None:
+    """Its model id, scores and language are the published decision's (the shadow compares
+    against them); an unstarted shadow keeps what it was offered in its queue."""
+    shadow = Shadow(reader, Metrics().shadow, producer=None, topic="", queue_size=100)
+    pipeline.shadow = shadow
+    outcomes = await pipeline.process([message(0, "what a lovely evening"), message(1, "")])
+    handed = [shadow._queue.get_nowait() for _ in range(shadow._queue.qsize())]
+    published = [orjson.loads(o.value or b"") for o in outcomes]
+    assert [(p.chat.message_id, p.model, p.language) for p in handed] == [
+        (d["message_id"], d["model"], d.get("language")) for d in published
+    ]
+    assert handed[0].scores == pytest.approx(published[0]["scores"], abs=1e-4)
+    assert set(handed[0].scores) == set(pipeline.model.classifier.labels)
+    assert published[1]["cached"] is False, "decided without the model, from no cache"
+
+
+async def test_total_time_runs_from_the_fetch_and_latency_from_the_send(
+    pipeline: Pipeline,
+) -> None:
+    started = time.perf_counter()
+    (outcome,) = await pipeline.process([old_message(0, "good morning all")])
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    decision = orjson.loads(outcome.value or b"")
+    assert 0 < decision["latency_ms"]["total"] <= elapsed_ms
+    observed = pipeline.metrics.registry.get_sample_value("moderator_end_to_end_seconds_sum")
+    assert observed == pytest.approx((decision["decided_at_ms"] - 1_000) / 1000, rel=1e-9)
+
+
+async def test_a_fallback_given_at_construction_decides_late_misses(
+    classifier: Classifier,
+) -> None:
+    metrics = Metrics()
+    batcher = MicroBatcher(classifier, max_batch=8, metrics=metrics.decide)
+    cache = ScoreCache("", metrics=metrics.decide, ttl_s=60, l1_size=100, timeout_ms=25)
+    pipeline = Pipeline(classifier, Policy.load(), batcher, cache, metrics.decide,
+                        max_record_bytes=65536, budget_ms=50,
+                        fallback=Fallback.load("lexical"))  # fmt: skip
+    (outcome,) = await pipeline.process([old_message(0, "KYS loser")])
+    decision = orjson.loads(outcome.value or b"")
+    assert (decision["action"], decision["reason"], decision["degraded"]) == (
+        "block",
+        "denylist",
+        True,
+    )
+
+
+async def test_only_a_miss_older_than_the_budget_is_decided_by_the_fallback(
+    pipeline: Pipeline,
+) -> None:
+    pipeline.fallback = Fallback.load("lexical")
+    ten_s_ago = int(time.time() * 1000) - 10_000
+    outcomes = await pipeline.process(
+        [
+            fresh_message(0, "have a great evening friends"),
+            fresh_message(1, "what a fine day to play", sent_at_ms=ten_s_ago),
+        ]
+    )
+    fresh, late = (orjson.loads(o.value or b"") for o in outcomes)
+    assert (fresh["degraded"], late["degraded"]) == (False, True)
+
+
+async def test_the_producers_headers_travel_with_the_decision(pipeline: Pipeline) -> None:
+    record = message(0, "gg")._replace(headers=(("traceparent", b"00-abc-01"),))
+    (outcome,) = await pipeline.process([record])
+    assert ("traceparent", b"00-abc-01") in list(outcome.headers)
