@@ -43,7 +43,12 @@ def _build(args: argparse.Namespace) -> int:
     real = realdata.load(all_train=True)
     _say("  distilling: the teachers label the unlabelled real lines (models/lines/teachers.py)")
     counts: dict[str, dict[str, int]] = {}
-    real_train = realdata.training_lines(real, teachers.load_all(), counts=counts)
+    without = tuple(args.without)
+    if without:
+        _say(f"  left out of training (ablation): {', '.join(without)}")
+    real_train = realdata.training_lines(
+        real, teachers.load_all(), counts=counts, without=without
+    )
     contextual = realdata.in_context(real)
     real_train += contextual
     counts["templates_in_real_messages"] = {"lines": len(contextual), "rude": len(contextual)}
@@ -106,6 +111,7 @@ def _build(args: argparse.Namespace) -> int:
                 "n_train": result.n_train,
                 "n_real": result.n_real,
                 "real_by_source": counts,
+                "without": list(without),
                 "verdicts": verdicts_info,
                 "n_heldout": result.n_heldout,
                 "seed": train.SEED,
@@ -280,7 +286,7 @@ def _ship(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     from models.export import ship
-    from models.lines import verdicts
+    from models.lines import realdata, verdicts
     from models.reports import ceiling
     from models.reports.report import REPORT_FILE
     from models.training import encoders
@@ -311,6 +317,15 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=verdicts.default_file(),
         help="`moderator verdicts export`'s file, trained on as its own split [MODELS_VERDICTS]",
+    )
+    b.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        choices=realdata.TRAINED,
+        metavar="SOURCE",
+        help="leave a labelled source's train split out (an ablation; repeatable): "
+        + ", ".join(realdata.TRAINED),
     )
     b.set_defaults(func=_build)
 

@@ -54,7 +54,7 @@ import functools
 import hashlib
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,8 @@ STANCE = ("hatemoji", "hatexplain", "sbic")
 # every earlier report; the stance sources are reported per source, apart.
 FIXED = tuple(name for name in LABELLED if name not in STANCE)
 EVAL_ONLY = ("insults", "ethos", "openai_moderation", "stormfront")
+# The labelled sources whose train split reaches the weights (the build's `--without` choices).
+TRAINED = tuple(name for name in LABELLED if name not in EVAL_ONLY)
 # The family names the report and the tuner count by, in the labelled sources.
 HATE, THREAT = "hate", "threat"
 # Neutral statements about groups, held to their own flag limit: ToxiGen's, and HatemojiBuild's
@@ -491,10 +493,13 @@ def training_lines(
     teachers: Sequence[Any] = (),
     toxic_repeat: int = 2,
     counts: dict[str, dict[str, int]] | None = None,
+    without: Collection[str] = (),
 ) -> list[tuple[str, tuple[float, ...]]]:
     """The train split as (text, target); rude lines repeated, they are scarce in real text.
 
     `counts`, when given, receives per source the lines kept and how many of them are rude.
+    `without` names sources whose train split is left out (an ablation: the build's
+    `--without`); their dev and test splits still tune and judge.
 
     With teachers, the benign pools' targets are distilled (`distilled`) and, in the capped
     pools, lines past the cap are kept only when the teachers agree they are rude (a target of
@@ -504,7 +509,11 @@ def training_lines(
     take the teachers' targets where they are higher than the annotators'.
     """
     # Eval-only sources never reach the weights, whatever their split says.
-    train = [ln for ln in lines if ln.split == "train" and ln.source not in EVAL_ONLY]
+    train = [
+        ln
+        for ln in lines
+        if ln.split == "train" and ln.source not in EVAL_ONLY and ln.source not in without
+    ]
     targets = [ln.target for ln in train]
     within_cap = set(range(len(train)))
 

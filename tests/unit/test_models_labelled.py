@@ -345,6 +345,11 @@ def test_training_keeps_eval_only_sources_out_and_caps_offensive_tweets(
     assert texts["hateful tweet"] == 2  # hateful lines are seen twice, as rude lines are
     assert "neutral statement" not in texts  # dev is never trained on
     assert counts["davidson"] == {"lines": 5, "rude": 1}
+    # An ablation leaves a source's train split out, and only that source's.
+    ablated = Counter(t for t, _ in realdata.training_lines(lines, without=("davidson",)))
+    assert not ablated
+    kept = Counter(t for t, _ in realdata.training_lines(lines, without=("toxigen",)))
+    assert kept == texts
 
 
 def test_the_committed_or_shared_files_match_their_pins() -> None:
