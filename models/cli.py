@@ -46,9 +46,7 @@ def _build(args: argparse.Namespace) -> int:
     without = tuple(args.without)
     if without:
         _say(f"  left out of training (ablation): {', '.join(without)}")
-    real_train = realdata.training_lines(
-        real, teachers.load_all(), counts=counts, without=without
-    )
+    real_train = realdata.training_lines(real, teachers.load_all(), counts=counts, without=without)
     contextual = realdata.in_context(real)
     real_train += contextual
     counts["templates_in_real_messages"] = {"lines": len(contextual), "rude": len(contextual)}
