@@ -65,9 +65,7 @@ class LruCache:
         return value
 
     def put(self, key: bytes, value: Scores) -> None:
-        if self.capacity <= 0:
-            return
-        self._data[key] = value
+        self._data[key] = value  # at capacity 0 (a disabled L1) it goes again at once
         self._data.move_to_end(key)
         while len(self._data) > self.capacity:
             self._data.popitem(last=False)
@@ -90,6 +88,9 @@ class ScoreCache:
         self.metrics = metrics
         self.ttl_s = ttl_s
         self.timeout_s = timeout_ms / 1000
+        # Off the decision path (connect, probe, background write) a call may take longer: four
+        # lookups' worth, and a quarter of a second at least, so a busy Redis is not called down.
+        self.call_timeout_s = max(self.timeout_s * 4, 0.25)
         self.l1 = LruCache(l1_size)
         self._redis: aioredis.Redis | None = None
         self._writes: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue(max_pending_writes)
@@ -124,7 +125,7 @@ class ScoreCache:
         self._redis = aioredis.Redis.from_url(
             self.redis_url,
             socket_timeout=self.timeout_s * 4,
-            socket_connect_timeout=max(self.timeout_s * 4, 0.25),
+            socket_connect_timeout=self.call_timeout_s,
             retry=Retry(NoBackoff(), 0),
             health_check_interval=0,
         )
@@ -178,7 +179,7 @@ class ScoreCache:
         while True:
             await self._redis_down.wait()
             try:
-                await asyncio.wait_for(self._redis.ping(), max(self.timeout_s * 4, 0.25))
+                await asyncio.wait_for(self._redis.ping(), self.call_timeout_s)
             except (RedisError, OSError, TimeoutError) as exc:
                 reraise_cancel(exc)
                 self._warn("is unavailable", exc)
@@ -251,7 +252,7 @@ class ScoreCache:
                 pipe.set(key, value, ex=self.ttl_s)
             self.metrics.cache_writes.inc()
             try:
-                await asyncio.wait_for(pipe.execute(), max(self.timeout_s * 4, 0.25))
+                await asyncio.wait_for(pipe.execute(), self.call_timeout_s)
             except (RedisError, OSError, TimeoutError) as exc:
                 reraise_cancel(exc)
                 self.metrics.cache_writes_dropped.inc(len(batch))

@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from moderator.config import Settings
 from moderator.decide import cache as cache_module
 from moderator.decide.cache import LruCache, ScoreCache
 from moderator.metrics import Metrics
@@ -62,6 +63,7 @@ class Client:
         self.mgets: list[list[bytes]] = []
         self.pings = 0
         self.pipelines = 0  # executed
+        self.transactions: list[bool] = []  # each pipeline's MULTI/EXEC flag
         self.executing = 0  # started
         self.closed = False
 
@@ -82,6 +84,7 @@ class Client:
         return [self.data.get(key) for key in keys]
 
     def pipeline(self, *, transaction: bool) -> Pipe:
+        self.transactions.append(transaction)
         return Pipe(self)
 
     async def aclose(self) -> None:
@@ -278,6 +281,7 @@ async def test_fresh_scores_go_to_l1_at_once_and_to_redis_in_the_background(
     assert redis.client.data[A] == orjson.dumps([0.5])
     assert redis.client.ttls == {A: 60, B: 60}
     assert started.sample("redis_round_trips_total", part="cache_write") == 1, "one pipeline"
+    assert redis.client.transactions == [False], "plain SETs: no MULTI/EXEC round trips"
 
 
 async def test_writes_of_batches_close_together_share_one_round_trip(
@@ -310,6 +314,62 @@ async def test_writes_are_dropped_while_redis_is_down_and_a_failed_write_opens_t
     assert started.sample("cache_writes_dropped_total") == 1
     assert started.cache.l1.get(B) is not None
     assert started.cache.l1.get(C) is not None
+
+
+async def test_a_failure_reported_by_a_caller_opens_the_breaker_and_says_why(
+    started: Cache, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger=cache_module.__name__):
+        started.cache.failed(RedisConnectionError("Connection reset by peer"))  # a held-queue call
+    assert started.cache.client is None
+    said = caplog.records[0].getMessage()
+    assert said.endswith(
+        "failed (ConnectionError: Connection reset by peer); serving from the"
+        " in-process cache and the model, retrying in the background"
+    )
+
+
+async def test_probes_back_off_doubling_to_five_seconds_and_start_again_after_an_outage(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slept: list[float] = []
+    sleep = asyncio.sleep
+
+    async def probe_sleep(delay: float) -> None:
+        task = asyncio.current_task()
+        if task is not None and task.get_name() == "redis-probe":
+            slept.append(delay)
+        await sleep(0)  # the delays are recorded, not waited
+
+    monkeypatch.setattr(asyncio, "sleep", probe_sleep)
+    made = Cache()
+    await made.cache.start()
+    redis.client.down = True
+    await eventually(lambda: len(slept) >= 8, "eight failed probes")
+    assert slept[:8] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
+    redis.client.down = False
+    assert await made.cache.wait_redis(5)
+    slept.clear()
+    redis.client.down = True
+    await made.cache.get_many([A])  # fails: the breaker opens again
+    await eventually(lambda: len(slept) >= 2, "two failed probes")
+    assert slept[:2] == pytest.approx([0.1, 0.2]), "a new outage starts from the shortest wait"
+    await made.cache.stop()
+
+
+def test_calls_off_the_decision_path_may_take_four_lookups_and_a_quarter_second_at_least() -> None:
+    assert Cache(timeout_ms=25).cache.call_timeout_s == 0.25
+    assert Cache(timeout_ms=100).cache.call_timeout_s == pytest.approx(0.4)
+    assert Cache(timeout_ms=25).cache.timeout_s == pytest.approx(0.025)
+
+
+def test_the_settings_make_the_cache() -> None:
+    metrics = Metrics()
+    settings = Settings(redis_url=URL, cache_ttl_s=120, l1_cache_size=7, redis_timeout_ms=40.0)
+    made = cache_module.cache_for(settings, metrics.decide)
+    assert (made.redis_url, made.ttl_s, made.l1.capacity) == (URL, 120, 7)
+    assert made.timeout_s == pytest.approx(0.04)
+    assert made.metrics is metrics.decide
 
 
 async def test_writes_queued_before_the_breaker_opened_are_dropped_then_writing_resumes(
