@@ -335,7 +335,10 @@ def write_manifest(
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write manifest.json for the int8 model.onnx in out_dir and return it (`outlier_channels`:
-    the down-projections' split, `models.export.outliers`; 0 when they were kept fp32)."""
+    the down-projections' split, `models.export.outliers`; 0 when they were kept fp32), with
+    its self-check lines (`checks`)."""
+    from moderator.decide import selfcheck
+
     sha = sha256_file(out_dir / MODEL_FILE)
     manifest: dict[str, Any] = {
         "name": name,
@@ -355,7 +358,12 @@ def write_manifest(
     if extra:
         manifest.update(extra)
     manifest.setdefault("metrics", {})
-    (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    path = out_dir / MANIFEST_FILE
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    # The scores the directory gives its parity lines, read back through the manifest just
+    # written: a model promoted live is held to them (moderator/decide/selfcheck.py).
+    manifest[selfcheck.FIELD] = selfcheck.recorded(classifier(out_dir, threads=1), PARITY_TEXTS)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
     return manifest
 
 

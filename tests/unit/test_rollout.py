@@ -15,13 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
+from models.export.onnx_export import PARITY_TEXTS
 from moderator.admin.rollout_admin import checked, local_ref
 from moderator.config import Settings
 from moderator.decide.batcher import MicroBatcher
 from moderator.decide.cache import ScoreCache
 from moderator.decide.classifier import Classifier
 from moderator.decide.screen import reader_for
-from moderator.decide.selfcheck import FIELD, failures, recorded
+from moderator.decide.selfcheck import FIELD, check_lines, failures, recorded
 from moderator.errors import ConfigError, ModelError
 from moderator.metrics import Metrics
 from moderator.pipeline import Pipeline
@@ -144,6 +145,23 @@ def test_the_self_check_passes_on_the_lines_a_model_recorded_and_fails_on_anothe
         load(theirs, ref, 1, settings)
     assert refused.value.reason == "self_check"
     assert load(own, ref_of(candidate), 1, settings).classifier.info.ident == ref.model
+
+
+def test_the_shipped_model_and_a_built_one_carry_check_lines_that_hold(
+    classifier: Classifier, tmp_path: Path
+) -> None:
+    """The build records them (models/export/onnx_export.write_manifest); the shipped model has
+    its own, so a promotion back to it is self-checked too."""
+    shipped = check_lines(classifier)
+    assert [line["text"] for line in shipped] == list(PARITY_TEXTS)
+    assert failures(classifier) == []
+    candidate = Classifier(candidate_model(tmp_path / "candidate"), threads=1)
+    assert [line["text"] for line in check_lines(candidate)] == list(PARITY_TEXTS)
+    assert failures(candidate) == []
+    toxic = "you are the worst player i have ever seen, uninstall the game and never come back"
+    [primary_row] = [line["scores"] for line in shipped if line["text"] == toxic]
+    [candidate_row] = [line["scores"] for line in check_lines(candidate) if line["text"] == toxic]
+    assert candidate_row["obscene"] == primary_row["toxicity"] > 0.5, "its own labels recorded"
 
 
 def test_a_directory_that_fails_to_load_or_changed_since_the_start_is_refused(
