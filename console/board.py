@@ -8,7 +8,8 @@ decision for it is read from the decision topic (a verdict applied, or the revie
 when its `expires_at_ms` passes (the moderator then applies the policy's fallback). A verdict this
 console holds back for its undo grace period (console/app.py) takes the item off this console's
 pages at once (`hold_back`); an undo puts it back (`put_back`). Any verdict after the first is
-shown as late (the moderator counts it and changes only the override).
+shown as late (the moderator counts it and changes only the override). The shadow model's
+disagreements are kept here too (console/disagreements.py), joined with the reviews and verdicts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
+from console.disagreements import Disagreements
 from console.records import VERDICTS, Decision, Verdict, now_ms
 
 Listener = Callable[[str, dict[str, Any]], None]
@@ -31,6 +33,7 @@ class Board:
         undo_grace_s: float,
         overview_minutes: int,
         history_size: int = 200,
+        disagreements_kept: int = 0,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.undo_grace_ms = int(undo_grace_s * 1000)
@@ -48,6 +51,8 @@ class Board:
         self.flagged: dict[int, Counter[str]] = {}  # minute start -> channel -> non-allow count
         self.status: dict[str, Any] = {"broker": "connecting", "redis": "up", "since_ms": clock()}
         self.listeners: list[Listener] = []
+        # the shadow's disagreements, joined with the reviews and first verdicts above (0: off)
+        self.disagreements = Disagreements(disagreements_kept, self.first)
 
     def _emit(self, event: str, data: dict[str, Any]) -> None:
         for listener in list(self.listeners):
@@ -62,6 +67,7 @@ class Board:
     def add_review(self, item: dict[str, Any]) -> None:
         message_id = item["message_id"]
         self.labels[message_id] = item["label"]
+        self._changed(self.disagreements.add_review(item))
         if message_id in self.first:  # its verdict was read first (another topic, another pace)
             self._count(message_id, self.first[message_id])
             return
@@ -82,6 +88,7 @@ class Board:
             self.held_back.pop(message_id, None)
             self._count(message_id, verdict)
             self._gone(message_id, verdict=verdict._asdict())
+            self._changed(self.disagreements.add_verdict(verdict))
         else:
             kind = "late"
         entry = {
@@ -121,6 +128,14 @@ class Board:
             if decision.message_id in self.items:
                 self._gone(decision.message_id, final={"action": decision.action,
                                                        "reason": decision.reason})  # fmt: skip
+
+    def add_disagreement(self, row: dict[str, Any]) -> None:
+        """A shadow record read (records.parse_disagreement's): shown if among the newest kept."""
+        self._changed(self.disagreements.add(row))
+
+    def _changed(self, row: dict[str, Any] | None) -> None:
+        if row is not None:
+            self._emit("disagreement", row)
 
     def _count(self, message_id: str, verdict: Verdict) -> None:
         label = self.labels.get(message_id)
@@ -180,6 +195,9 @@ class Board:
             "status": dict(self.status),
             "overview": self.overview(),
             "undo_grace_ms": self.undo_grace_ms,
+            "disagreements": self.disagreements.newest_first()
+            if self.disagreements.kept > 0
+            else None,  # the view is off
         }
 
     def overview(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from moderator.redaction import protect
 
 # What the console reads of the moderator's settings: Kafka, Redis (claims) and the loop's topics.
 MODERATOR_SETTINGS = (*KAFKA_CONNECTION, "review_topic", "verdict_topic", "out_topic", "redis_url",
-                      "override_topic", "audit_topic")  # fmt: skip
+                      "override_topic", "audit_topic", "shadow_topic")  # fmt: skip
 EXTRA_MODULES = ("starlette", "uvicorn", "sse_starlette", "itsdangerous", "multipart", "jwt",
                  "cryptography")  # fmt: skip
 EXTRA_HINT = "pip install . './tools[console]'"
@@ -41,9 +41,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     """, description="""\
 A web page for human moderators: the held messages of the review topic, live, with their
 context; claim, allow / nudge / block (a verdict on the verdict topic); history, filters and an
-overview of the decision topic. Log in with a token, or run it behind an OIDC proxy
-(oauth2-proxy) whose ID tokens the console verifies against the identity provider's pinned key.
-No header is trusted by itself.""")  # fmt: skip
+overview of the decision topic; the shadow model's disagreements with the primary. Log in with a
+token, or run it behind an OIDC proxy (oauth2-proxy) whose ID tokens the console verifies against
+the identity provider's pinned key. No header is trusted by itself.""")  # fmt: skip
     add_setting_flags(cmd, MODERATOR_SETTINGS)
     add_console_flags(cmd)
     log_flags(cmd, argparse.SUPPRESS)
@@ -73,7 +73,11 @@ async def serve(settings: Settings, console: Any) -> int:
     from console.feed import Feed
     from console.overrides import OverrideDesk
 
-    board = Board(undo_grace_s=console.undo_grace_s, overview_minutes=console.overview_minutes)
+    board = Board(
+        undo_grace_s=console.undo_grace_s,
+        overview_minutes=console.overview_minutes,
+        disagreements_kept=console.disagreements_kept if settings.shadow_topic else 0,
+    )
     feed = Feed(
         board,
         settings.kafka_options(),
@@ -81,6 +85,7 @@ async def serve(settings: Settings, console: Any) -> int:
         verdict_topic=settings.verdict_topic,
         decision_topic=settings.out_topic,
         max_record_bytes=settings.max_record_bytes,
+        shadow_topic=settings.shadow_topic,
     )
     overrides = OverrideDesk(
         board, feed, settings.kafka_options(), override_topic=settings.override_topic,

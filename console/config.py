@@ -1,6 +1,7 @@
 """The console's own settings (`MODERATOR_CONSOLE_*`), each with a flag. Kafka, Redis and the
-topics (review, verdict, decision) are the moderator's settings (moderator/config.py `Settings`,
-read by `moderator console` too), so one environment configures both and they cannot disagree."""
+topics (review, verdict, decision, shadow) are the moderator's settings (moderator/config.py
+`Settings`, read by `moderator console` too), so one environment configures both and they cannot
+disagree."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class ConsoleSettings:
     overview_minutes: int = 15
     send_timeout_s: float = 5.0
     global_moderators: str = ""
+    disagreements_kept: int = 200
 
     def global_moderator_ids(self) -> frozenset[str]:
         """The moderators who may make and revoke global overrides (console/overrides.py)."""
@@ -74,6 +76,9 @@ class ConsoleSettings:
     def check(self) -> None:
         """Refuse to start with no way to log in, or a half-made OIDC set-up."""
         from console.auth import verifier_from  # the console extra's PyJWT
+
+        if self.disagreements_kept < 0:
+            raise ConfigError("MODERATOR_CONSOLE_DISAGREEMENTS_KEPT: 0 or more")
 
         if verifier_from(self) is None and not self.logins():
             raise ConfigError(
@@ -145,6 +150,8 @@ HELP = {
     "send_timeout_s": "seconds a verdict waits for the broker before the page is told 'queued'",
     "global_moderators": "moderator ids, comma-separated, who may make and revoke overrides "
     "for every channel (a verdict's scope global); nobody else may",
+    "disagreements_kept": "the shadow model's disagreements the disagreements view keeps, the "
+    "newest (the shadow topic is MODERATOR_SHADOW_TOPIC; empty: no view)",
 }
 
 

@@ -1,6 +1,7 @@
-"""The console's Kafka side: it follows the review and verdict topics from the start of their
-retention (outside any consumer group, no commits: a restarted console rebuilds the queue) and
-the decision topic from `overview_minutes` ago, and produces verdicts.
+"""The console's Kafka side: it follows the review, verdict and shadow topics from the start of
+their retention (outside any consumer group, no commits: a restarted console rebuilds the queue
+and the disagreements view) and the decision topic from `overview_minutes` ago, and produces
+verdicts.
 
 The broker may stop answering at any time (a network split, a stopped process): a probe asks it
 for metadata every `PROBE_S` and, when no answer comes within `PROBE_TIMEOUT_S`, the board says
@@ -27,6 +28,7 @@ from console.records import (
     encode_verdict,
     now_ms,
     parse_decision,
+    parse_disagreement,
     parse_review,
     read_verdict,
 )
@@ -51,12 +53,14 @@ class Feed:
         verdict_topic: str,
         decision_topic: str,
         max_record_bytes: int,
+        shadow_topic: str = "",
     ) -> None:
         self.board = board
         self.options = {**kafka_options, "metadata_max_age_ms": METADATA_MAX_AGE_MS}
         self.review_topic = review_topic
         self.verdict_topic = verdict_topic
         self.decision_topic = decision_topic
+        self.shadow_topic = shadow_topic  # empty: the disagreements view is off
         self.max_record_bytes = max_record_bytes  # the moderators' limit on a verdict
         self.producer: AIOKafkaProducer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -92,8 +96,9 @@ class Feed:
                 await asyncio.sleep(RETRY_S)
 
     async def _follow(self) -> None:
+        topics = filter(None, (self.review_topic, self.verdict_topic, self.shadow_topic))
         consumer = AIOKafkaConsumer(
-            self.review_topic, self.verdict_topic, **self.options, group_id=None,
+            *topics, **self.options, group_id=None,
             enable_auto_commit=False, auto_offset_reset="earliest", client_id="moderator-console",
         )  # fmt: skip
         await self._started(consumer, "the review and verdict consumer")
@@ -124,6 +129,8 @@ class Feed:
                 self.board.add_review(parse_review(record.value, record.timestamp))
             elif record.topic == self.verdict_topic:
                 self.board.add_verdict(read_verdict(record.value, max_bytes=self.max_record_bytes))
+            elif record.topic == self.shadow_topic:
+                self.board.add_disagreement(parse_disagreement(record.value, record.timestamp))
         except BadRecord as exc:
             log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, exc)
 

@@ -143,3 +143,42 @@ def parse_decision(value: bytes | None, timestamp_ms: int) -> Decision:
         reason=data.get("reason") if isinstance(data.get("reason"), str) else None,
         at_ms=decided if isinstance(decided, int) else timestamp_ms,
     )
+
+
+def _side(data: Mapping[str, Any], name: str) -> dict[str, Any]:
+    side = data.get(name)
+    if not isinstance(side, dict):
+        raise BadRecord(f"{name!r} must be an object")
+    model, action, reason, top = (side.get(k) for k in ("model", "action", "reason", "top"))
+    if not (isinstance(model, str) and model and isinstance(action, str) and action):
+        raise BadRecord(f"{name!r} needs a model and an action")
+    top = top if isinstance(top, dict) else {}
+    score = top.get("score")
+    if not isinstance(score, int | float) or isinstance(score, bool):
+        score = None  # the model was not asked (a deny term, an empty text)
+    return {
+        "model": model,
+        "action": action,
+        "reason": reason if isinstance(reason, str) else None,
+        "top": None if score is None else {"label": str(top.get("label") or ""), "score": score},
+    }
+
+
+def parse_disagreement(value: bytes | None, timestamp_ms: int) -> dict[str, Any]:
+    """What the disagreements view shows of a shadow record (shadow.schema.json), before it is
+    joined with its message and verdict (console/disagreements.py); `timestamp_ms` (the record's)
+    stands in for a missing `at_ms`. One without its ids or either decision raises BadRecord."""
+    data = _obj(value)
+    at_ms, language = data.get("at_ms"), data.get("language")
+    return {
+        "message_id": _text(data, "message_id"),
+        "channel_id": _text(data, "channel_id"),
+        "policy": str(data.get("policy") or ""),
+        "language": language if isinstance(language, str) else None,
+        "primary": _side(data, "primary"),
+        "shadow": _side(data, "shadow"),
+        "at_ms": at_ms if isinstance(at_ms, int) and not isinstance(at_ms, bool) else timestamp_ms,
+        "message": None,
+        "verdict": None,
+        "agrees": None,
+    }

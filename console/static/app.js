@@ -418,6 +418,7 @@ function connect() {
     state.status = snap.status;
     showStatus();
     showOverview(snap.overview);
+    showDisagreements(snap.disagreements); // disagreements.js
     document.body.dataset.ready = "true";
   });
   on("held", addItem);
@@ -428,6 +429,7 @@ function connect() {
     if (li) showClaim(li, claim);
   });
   on("verdict", addHistory);
+  on("disagreement", addDisagreement);
   on("sent", sent);
   on("overrides", loadOverrides);
   on("status", (s) => { state.status = s; showStatus(); });
@@ -530,6 +532,8 @@ document.addEventListener("keydown", (e) => {
     return;
   }
   if (e.ctrlKey || e.metaKey || e.altKey || !state.me) return;
+  if (VIEW_KEYS[e.key]) { showView(VIEW_KEYS[e.key], true); e.preventDefault(); return; }
+  if (views.shown !== "queue" && e.key !== "u" && e.key !== "?") return; // queue keys: its view only
   const id = state.selected, li = cardOf(id);
   if (li && ON_CARD.has(e.key) && !inView(li)) {
     // Never act on a card the moderator cannot see (scrolled away): show it, act on the next press.
@@ -552,6 +556,7 @@ async function boot() {
   for (const input of document.querySelectorAll("input[name=csrf]")) input.value = session.csrf;
   $("#filter-channel").addEventListener("change", () => steady(() => {}));
   $("#filter-label").addEventListener("change", () => steady(() => {}));
+  bindViews();
   if (!session.moderator_id) {
     $("#login").hidden = false;
     $("#login-form").hidden = !session.token_login;
