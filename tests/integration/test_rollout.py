@@ -17,11 +17,11 @@ from typing import Any
 import orjson
 import pytest
 
+from devstack.candidate import candidate_model
 from moderator.cli import main
 from moderator.config import DEFAULT_MODEL_DIR, Settings
 from moderator.decide.classifier import Classifier
 from moderator.service import Moderator
-from tests.candidate import candidate_model
 from tests.integration.kafka_io import chat, consume, distinct_ids, produce, read_to_end
 from tests.waiting import eventually
 

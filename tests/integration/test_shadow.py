@@ -1,5 +1,5 @@
 """A shadow model in a running moderator, against the real broker, the real Redis and two real
-models (the shipped one deciding, tests/candidate.py's beside it): every input still gets exactly
+models (the shipped one deciding, devstack/candidate.py's beside it): every input still gets exactly
 its primary's decision, and the shadow's disagreements reach the shadow topic, read back with a
 stock confluent-kafka consumer, and the metrics."""
 
@@ -15,6 +15,7 @@ import orjson
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from devstack.candidate import candidate_model
 from devstack.embedded import EmbeddedRedis
 from moderator.config import Settings
 from moderator.decide.classifier import Classifier
@@ -24,7 +25,6 @@ from moderator.records import ChatMessage
 from moderator.service import Moderator
 from moderator.shadow.agreement import Primary, compare
 from moderator.shadow.scorer import read
-from tests.candidate import candidate_model
 from tests.contract import check_shadow
 from tests.integration.kafka_io import (
     chat,

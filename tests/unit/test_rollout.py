@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from devstack.candidate import candidate_model
 from models.export.onnx_export import PARITY_TEXTS
 from moderator.admin.rollout_admin import checked, local_ref
 from moderator.config import Settings
@@ -41,7 +42,6 @@ from moderator.shadow.control import (
 )
 from moderator.shadow.scorer import Shadow
 from moderator.shadow.switch import ModelSwitch, RolloutRefused, load, ref_of, resolve
-from tests.candidate import candidate_model
 from tests.unit.test_pipeline import message
 from tests.waiting import eventually
 

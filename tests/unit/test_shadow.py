@@ -1,7 +1,7 @@
 """The shadow model beside the primary, without Kafka: its queue sheds what does not fit and
 counts it, each message is read under its channel's policy by the shadow's own model and language
 gate, each pair is counted by label and language, and a disagreement goes to the producer without
-being awaited. The shadow is the candidate of tests/candidate.py, a real model directory."""
+being awaited. The shadow is the candidate of devstack/candidate.py, a real model directory."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import orjson
 import pytest
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
+from devstack.candidate import LANGUAGES, SWAPPED, candidate_model
 from moderator.decide.batcher import MicroBatcher
 from moderator.decide.cache import ScoreCache
 from moderator.decide.classifier import Classifier, ModelInfo
@@ -29,7 +30,6 @@ from moderator.policy.rules import Policy, Ruling, read_spec
 from moderator.records import ChatMessage
 from moderator.shadow.agreement import Compared, Primary, compare, disagreement_record
 from moderator.shadow.scorer import Shadow, read
-from tests.candidate import LANGUAGES, SWAPPED, candidate_model
 from tests.contract import check_shadow
 from tests.unit.test_pipeline import Record, message, old_message
 from tests.waiting import eventually

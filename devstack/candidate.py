@@ -1,4 +1,6 @@
-"""A second real model directory for the shadow's tests: the shipped model under another manifest.
+"""A second real model directory: the shipped model under another manifest. The one candidate a
+fresh checkout has without building a model, for the shadow's and the rollout's tests, the shadow
+run of `moderator demo` and the chaos scenario of a promotion.
 
 The candidate is the shipped graph and tokenizer, byte for byte, loaded and sha256-checked by the
 same loader as any model; only its manifest differs, the way a retrained model's would: it names
