@@ -4,8 +4,8 @@ Pure bookkeeping, no Kafka: the observer feeds it every inbound record, decision
 with the wall-clock time it was read (milliseconds, the clock `sent_at_ms` is stamped with), and
 it answers: which valid inputs got neither a decision nor, when the broker refused their decision
 for good, a `publish_failed` dead letter, how many decisions were repeated, whether a
-channel's decisions ever went backwards, per-second p99 by send time, and when the first decision
-of a message sent after a given moment arrived.
+channel's decisions ever went backwards, per-second p99 by send time, when the first decision
+of a message sent after a given moment arrived, and which model made each decision.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class Ledger:
     first_ms: dict[str, float] = field(default_factory=dict)  # first decision's arrival
     arrivals: list[str] = field(default_factory=list)  # message ids in decision-arrival order
     counts: Counter[str] = field(default_factory=Counter)
+    models: dict[str, list[str]] = field(default_factory=dict)  # each decision's, in arrival order
     degraded: set[str] = field(default_factory=set)
     actions: Counter[str] = field(default_factory=Counter)
     dead: dict[bytes, str] = field(default_factory=dict)  # dead letter key -> error code
@@ -82,6 +83,7 @@ class Ledger:
             self.final_first_ms.setdefault(mid, now_ms)
             return
         self.counts[mid] += 1
+        self.models.setdefault(mid, []).append(decision.model or "?")
         if mid in self.first_ms:
             return
         self.first_ms[mid] = now_ms

@@ -27,8 +27,9 @@ from aiokafka import AIOKafkaProducer
 from chaos.durability import Survival, survival
 from chaos.hostile import CASES, DECISION, MIB, burst, judge
 from chaos.ledger import Ledger
+from chaos.promotion import promotion_kill
 from chaos.results import ScenarioResult, now_ms
-from chaos.stage import BUDGET_MS, PARTITIONS, Stage, drain_rate
+from chaos.stage import BUDGET_MS, PARTITIONS, Stage, drain_rate, traffic_and_finish
 from chaos.verdicts import NOT_HELD, Outcomes, account
 from devstack import child
 from devstack.child import ModeratorChild, read_status_kb
@@ -98,29 +99,6 @@ def _fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
-async def _traffic_and_finish(
-    st: Stage,
-    res: ScenarioResult,
-    load: asyncio.Task[Any],
-    fault_ms: float | None,
-    *,
-    timeout_s: float = 120.0,
-    diverts: bool = False,
-    settled: Callable[[Ledger], bool] | None = None,
-    settle_s: float = 0.0,
-) -> None:
-    """Wait for the traffic and for every decision (then, up to `settle_s`, for `settled`),
-    then fill the common figures."""
-    summary = await load
-    await st.obs.all_decided(timeout_s)
-    if settled is not None:
-        await st.obs.wait_for(settled, settle_s, quiet_s=2.0)
-    res.fill(st.obs.ledger, fault_ms, BUDGET_MS, diverts=diverts)
-    if summary.send_errors:
-        res.figure("load generator send errors", summary.send_errors)
-    res.figure("generator send lag p99", _fmt_ms(summary.send_lag_p99_ms))
-
-
 def _count(proc: ModeratorChild, needle: str) -> int:
     """Lines of its output (stdout and log) that contain `needle`."""
     return sum(1 for line in proc.output().splitlines() if needle in line)
@@ -156,7 +134,7 @@ async def sigkill_restart(
         committed = await st.committed()  # before b can join: what a had committed
         ready_s = await asyncio.to_thread(b.wait_ready)
         b_ready_ms = now_ms()
-        await _traffic_and_finish(st, res, load, fault_ms)
+        await traffic_and_finish(st, res, load, fault_ms)
         lg = st.obs.ledger
         window = _uncommitted_decided(lg, committed, before_ms=b_ready_ms)
         res.figure("committed offsets at the kill", _offsets(committed))
@@ -202,7 +180,7 @@ async def rebalance(ctx: Context, res: ScenarioResult) -> None:
         leave_ms = now_ms()
         exits = await asyncio.gather(asyncio.to_thread(b.terminate, 60),
                                      asyncio.to_thread(c.terminate, 60))  # fmt: skip
-        await _traffic_and_finish(st, res, load, join_ms)
+        await traffic_and_finish(st, res, load, join_ms)
         failed_a = a.metric("moderator_commits_total", result="failed") or 0.0
         logged = sum(_count(x, COMMIT_FAILED_LOG) for x in (a, b, c))
         violations = st.obs.ledger.order_violations()
@@ -249,7 +227,7 @@ async def sigterm(ctx: Context, res: ScenarioResult, *, workers: int = 1) -> Non
         ]  # fmt: skip
         redo = _uncommitted_decided(lg, committed, before_ms=float("inf"))
         b = await st.start("b")
-        await _traffic_and_finish(st, res, load, fault_ms)
+        await traffic_and_finish(st, res, load, fault_ms)
         res.figure("exit code, time to exit", f"{code}, {exit_s:.2f} s "
                    f"(MODERATOR_SHUTDOWN_TIMEOUT_S={deadline_s:g})")  # fmt: skip
         res.figure("committed offsets after exit", _offsets(committed))
@@ -306,7 +284,7 @@ async def redis_outage(ctx: Context, res: ScenarioResult, *, freeze: bool) -> No
             os.kill(pid, signal.SIGCONT)
         else:
             await asyncio.to_thread(redis.start)  # same port, empty
-        await _traffic_and_finish(st, res, load, fault_ms)
+        await traffic_and_finish(st, res, load, fault_ms)
         sampler.cancel()
         lg = st.obs.ledger
 
@@ -373,7 +351,7 @@ async def broker_frozen(ctx: Context, res: ScenarioResult, freeze_s: float | Non
         await asyncio.sleep(freeze_s)
         st.broker.thaw()
         thaw_ms = now_ms()
-        await _traffic_and_finish(st, res, load, fault_ms, timeout_s=180)
+        await traffic_and_finish(st, res, load, fault_ms, timeout_s=180)
         lg = st.obs.ledger
         crashes = _count(a, "failed; stopping the moderator")
         res.figure("frozen for", f"{freeze_s:g} s (SIGSTOP, then SIGCONT)")
@@ -529,7 +507,7 @@ async def _publish_diverted(
     """The default: refused decisions become `publish_failed` dead letters, then commit."""
     lo_ms, hi_ms = window
     lg = st.obs.ledger
-    await _traffic_and_finish(st, res, load, fault_ms, timeout_s=60, diverts=True)
+    await traffic_and_finish(st, res, load, fault_ms, timeout_s=60, diverts=True)
     refused = a.metric("moderator_publish_refused_total", outcome="decision") or 0.0
     retries = a.metric("moderator_publish_retries_total") or 0.0
     code, exit_s = await asyncio.to_thread(a.terminate, 60)
@@ -708,7 +686,7 @@ async def hostile_input(ctx: Context, res: ScenarioResult) -> None:
             res.notes.append(f"{len(missing)} hostile records had no outcome after 180 s: "
                              f"{sorted(set(missing))[:10]}")  # fmt: skip
         done_ms = now_ms()
-        await _traffic_and_finish(st, res, load, fault_ms)
+        await traffic_and_finish(st, res, load, fault_ms)
         res.hostile = judge(records, lg.dead, set(lg.first_ms))
         junk = [r for r in records if not CASES[r.case].valid]
         window_ms = max(done_ms, fault_ms + 3000) - fault_ms
@@ -829,7 +807,7 @@ async def moderation_loop(ctx: Context, res: ScenarioResult) -> None:
             # Every held message ended: the last one's timeout, a sweep, and a lease the
             # killed instance may have left on a timeout it had claimed.
             ended = functools.partial(_every_held_ended, reviewer)
-            await _traffic_and_finish(st, res, load, fault_ms, settled=ended,
+            await traffic_and_finish(st, res, load, fault_ms, settled=ended,
                                       settle_s=timeout_s + LOOP_LEASE_S + 30)  # fmt: skip
             lg = st.obs.ledger
             survivors = [x.scrape() for x in (b, c)]
@@ -989,7 +967,7 @@ async def redis_restart_held(ctx: Context, res: ScenarioResult) -> None:
                     for i, mid in enumerate(waiting[::2])])  # fmt: skip
 
                 ended = functools.partial(_every_held_ended, reviewer)
-                await _traffic_and_finish(st, res, load, kill_ms, settled=ended,
+                await traffic_and_finish(st, res, load, kill_ms, settled=ended,
                                           settle_s=timeout_s + LOOP_LEASE_S + 30)  # fmt: skip
                 lg = st.obs.ledger
                 samples = a.scrape()
@@ -1110,6 +1088,10 @@ SCENARIOS: dict[str, tuple[str, str, Scenario]] = {
                            "a Redis with an append-only file (everysec, noeviction), Redis "
                            "SIGKILLed and restarted at once on its data; verdicts after the "
                            "restart, the rest left to time out", redis_restart_held),
+    "promotion-kill": ("SIGKILL during a promotion", "two moderators with the shipped model "
+                       "deciding and a candidate as shadow; `moderator rollout promote` under "
+                       "load, one moderator SIGKILLed as soon as the command exits (the record "
+                       "acknowledged) and restarted at once", promotion_kill),
 }  # fmt: skip
 
 

@@ -19,8 +19,10 @@ from typing import Any, Self
 
 import orjson
 
+from chaos.ledger import Ledger
 from chaos.observer import Observer, committed_offsets
 from chaos.procs import Broker, ModeratorEnv, start_moderator
+from chaos.results import ScenarioResult
 from devstack.child import ModeratorChild
 from devstack.embedded import EmbeddedRedis
 from loadgen.config import LoadConfig
@@ -162,6 +164,30 @@ class Stage:
     async def committed(self) -> dict[int, int | None]:
         n = self.names
         return await committed_offsets(self.bootstrap, n.group_id, n.in_topic, PARTITIONS)
+
+
+async def traffic_and_finish(
+    st: Stage,
+    res: ScenarioResult,
+    load: asyncio.Task[Any],
+    fault_ms: float | None,
+    *,
+    timeout_s: float = 120.0,
+    diverts: bool = False,
+    settled: Callable[[Ledger], bool] | None = None,
+    settle_s: float = 0.0,
+) -> None:
+    """Wait for the traffic and for every decision (then, up to `settle_s`, for `settled`),
+    then fill the common figures."""
+    summary = await load
+    await st.obs.all_decided(timeout_s)
+    if settled is not None:
+        await st.obs.wait_for(settled, settle_s, quiet_s=2.0)
+    res.fill(st.obs.ledger, fault_ms, BUDGET_MS, diverts=diverts)
+    if summary.send_errors:
+        res.figure("load generator send errors", summary.send_errors)
+    lag = summary.send_lag_p99_ms
+    res.figure("generator send lag p99", "-" if lag is None else f"{lag:.0f} ms")
 
 
 async def drain_rate(stage: Stage, messages: int, *, timeout_s: float = 180.0) -> float:

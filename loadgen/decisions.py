@@ -19,6 +19,7 @@ class Decision(NamedTuple):
     decided_at_ms: int | None
     final: bool = False  # the final decision of a held message: no duplicate of the first
     reason: str | None = None  # what decided (a final one: `verdict:<moderator>`, `review_timeout`)
+    model: str | None = None  # name@version of the model that decided it
 
 
 def read_decision(value: bytes | None) -> Decision | None:
@@ -40,6 +41,7 @@ def read_decision(value: bytes | None) -> Decision | None:
         decided_at_ms=decided_at if _is_int(decided_at) else None,
         final=data.get("final") is True,
         reason=reason if isinstance(reason := data.get("reason"), str) else None,
+        model=model if isinstance(model := data.get("model"), str) else None,
     )
 
 

@@ -98,7 +98,8 @@ def test_every_scenario_is_listed_and_quick_is_shorter() -> None:
                                "sigterm-workers",
                                "redis-kill", "redis-freeze", "broker-freeze",
                                "broker-freeze-long", "publish-fail", "publish-hold", "overload",
-                               "hostile", "loop", "redis-restart-held"]  # fmt: skip
+                               "hostile", "loop", "redis-restart-held",
+                               "promotion-kill"]  # fmt: skip
     full, quick = Plan.make(quick=False), Plan.make(quick=True)
     assert quick.after_s < full.after_s
     assert quick.junk < full.junk == 10_000

@@ -36,3 +36,11 @@ def test_odd_fields_do_not_pass_for_figures() -> None:
     value = orjson.dumps({"message_id": "m", "cached": "yes", "latency_ms": {"total": True},
                           "decided_at_ms": True})  # fmt: skip
     assert read_decision(value) == Decision("m", "None", False, False, None, None)
+
+
+def test_the_model_is_read_when_it_is_a_string() -> None:
+    value = orjson.dumps({"message_id": "m", "model": "chat-minilm@1"})
+    read = read_decision(value)
+    assert read == Decision("m", "None", False, False, None, None, model="chat-minilm@1")
+    odd = orjson.dumps({"message_id": "m", "model": 1})
+    assert read_decision(odd) == Decision("m", "None", False, False, None, None)
