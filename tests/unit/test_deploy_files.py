@@ -410,6 +410,7 @@ def test_the_consoles_kafka_user_reads_what_it_shows_and_writes_what_moderators_
         ("topic", settings["MODERATOR_VERDICT_TOPIC"]): {"Read", "Write", "Describe"},
         ("topic", settings["MODERATOR_OVERRIDE_TOPIC"]): {"Read", "Write", "Describe"},
         ("topic", Settings().audit_topic): {"Write", "Describe"},
+        ("topic", settings["MODERATOR_SHADOW_TOPIC"]): {"Read", "Describe"},
     }  # no group: the console reads every partition itself
 
 
