@@ -107,7 +107,9 @@ async def serve(settings: Settings, console: Any) -> int:
         access_log=False,
         timeout_graceful_shutdown=3,
     )
+    shadow = f", disagreements of {settings.shadow_topic}" if settings.shadow_topic else ""
     say(f"console  http://{console.host}:{console.port}/  ({settings.review_topic} → "
-        f"{settings.verdict_topic}, overview of {settings.out_topic}); Ctrl+C to stop")  # fmt: skip
+        f"{settings.verdict_topic}, overview of {settings.out_topic}{shadow}); "
+        "Ctrl+C to stop")  # fmt: skip
     await uvicorn.Server(config).serve()
     return 0
