@@ -1,4 +1,5 @@
-"""`moderator demo`: `moderator dev` in a child process, a burst of realistic chat, a report.
+"""`moderator demo`: `moderator dev` in a child process (a second model as its shadow), a burst of
+realistic chat, a report.
 
 The moderator runs in its own process (as it would in production) so the load generator's
 own work does not share its event loop or its GIL.
@@ -10,6 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from devstack import demo_shadow
 from devstack.child import ModeratorChild, Samples, answers
 from devstack.embedded import broker_binary, free_port
 from loadgen.cli import print_progress
@@ -17,6 +19,7 @@ from loadgen.config import LoadConfig
 from loadgen.runner import run_load
 from loadgen.summary import LoadSummary, format_summary
 from moderator import loop
+from moderator.config import Settings
 
 READY_TIMEOUT_S = 120
 
@@ -33,7 +36,8 @@ def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_rati
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory(prefix="moderator-demo-") as tmp:
         policy = demo_loop.demo_policy(Path(tmp), env.get("MODERATOR_POLICY"))
-        args += ["--policy", str(policy)]
+        shadow_args, shadow = demo_shadow.shadow_args(Path(tmp), env)
+        args += ["--policy", str(policy), *shadow_args]
         print("starting the embedded stack and the moderator in a child process:", flush=True)
         print("$", " ".join(["moderator", *args]), flush=True)
         dev = ModeratorChild(args, env, name="moderator dev", echo=True)
@@ -43,7 +47,8 @@ def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_rati
                   f"{duration_s:g}s of chat ({dup_ratio:.0%} repeats, {malformed_ratio:.0%} "
                   f"malformed records, {demo_loop.HELD_RATIO:.0%} held for review: a scripted "
                   f"moderator answers them, or they time out after "
-                  f"{demo_loop.REVIEW_TIMEOUT_S:g} s), then waiting for every decision …\n",
+                  f"{demo_loop.REVIEW_TIMEOUT_S:g} s; a second model scores each beside the "
+                  f"one that decides), then waiting for every decision …\n",
                   flush=True)  # fmt: skip
             config = LoadConfig(
                 bootstrap=f"127.0.0.1:{kafka_port}",
@@ -56,18 +61,21 @@ def run_demo(*, rate: float, duration_s: float, dup_ratio: float, malformed_rati
                 drain_timeout_s=30,
                 seed=7,
             )
-            summary, loop_report = loop.run(_drive(config, dev))
+            summary, loop_report, shadow_report = loop.run(_drive(config, dev, shadow))
             print("\n" + format_summary(summary))
             print(_moderator_report(dev.scrape()))
             print(loop_report)
+            print(shadow_report)
     print(f"moderator dev stopped on SIGTERM with exit code {dev.exit_code}")
     return 0 if summary.missing == 0 and dev.exit_code == 0 else 1
 
 
-async def _drive(config: LoadConfig, dev: ModeratorChild) -> tuple[LoadSummary, str]:
+async def _drive(
+    config: LoadConfig, dev: ModeratorChild, shadow: str
+) -> tuple[LoadSummary, str, str]:
     """The chat, with the scripted moderator answering held messages meanwhile; then a verdict's
-    override shown, one user escalated and muted, and the loop's report once every held message
-    has ended."""
+    override shown, one user escalated and muted, the loop's report once every held message
+    has ended, and the shadow's once its queue is empty."""
     from devstack import demo_loop
 
     async with demo_loop.reviewer(config.bootstrap) as desk:
@@ -76,7 +84,11 @@ async def _drive(config: LoadConfig, dev: ModeratorChild) -> tuple[LoadSummary, 
         lines = await demo_loop.escalate_a_user(config.bootstrap)
         samples = await demo_loop.wait_for_ends(dev)
         desk.check()
-    return summary, demo_loop.report(samples, desk, repeat, lines)
+    s = Settings()  # `moderator dev`'s topics
+    shadow_samples = await demo_shadow.wait_caught_up(dev)
+    disagreement = await demo_shadow.one_disagreement(config.bootstrap, s.shadow_topic, s.in_topic)
+    shadow_report = demo_shadow.report(shadow_samples, shadow, disagreement, s.shadow_topic)
+    return summary, demo_loop.report(samples, desk, repeat, lines), shadow_report
 
 
 def _wait_ready(dev: ModeratorChild, metrics_port: int) -> None:
