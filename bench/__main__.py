@@ -1,7 +1,8 @@
 """`python -m bench [--quick]`: run the benchmark suite and regenerate BENCHMARKS.md.
 
 Sections run in order (terms, ladder, pipeline with memory, spin, scale-up, loop: the moderation
-loop's cost, off vs on; peer: the moderator beside a Quix Streams application); after each one
+loop's cost, off vs on; peer: the moderator beside a Quix Streams application; goodput; shadow:
+the primary with a shadow model off, on and too slow to keep up); after each one
 the results are saved (`models/build/bench/results.json`) and the report and plots are written,
 so a partial run still leaves a report. `--report-only` re-renders the report from the saved
 results.
@@ -32,8 +33,9 @@ from moderator.config import REPO_ROOT
 
 log = logging.getLogger("bench")
 
-SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms", "loop", "peer", "goodput")
-KAFKA_SECTIONS = {"pipeline", "spin", "scaleup", "loop", "peer", "goodput"}
+SECTIONS = ("ladder", "pipeline", "spin", "scaleup", "terms", "loop", "peer", "goodput", "shadow")
+KAFKA_SECTIONS = {"pipeline", "spin", "scaleup", "loop", "peer", "goodput", "shadow"}
+ALONE = {"loop", "peer", "goodput", "shadow"}  # run the shipped model (shadow: and its own two)
 RESULTS_FILE = artifacts.BENCH_BUILD_DIR / "results.json"
 SPIN_FALLBACK_RATE = {"distilbert-base": 80.0, "minilm-l6": 200.0}  # without a pipeline run
 
@@ -52,6 +54,7 @@ class Plan:
     peer_rates: tuple[float, ...]  # open-loop rates of the peer section (msgs/s)
     peer_pairs: int  # (moderator, Quix Streams) pairs per rate
     goodput: tuple[float, float, int]  # first probe's rate, seconds per probe, most probes
+    shadow: tuple[tuple[float, ...], int, float]  # rates (msgs/s), rounds per rate, seconds a run
 
 
 FULL = Plan(
@@ -67,11 +70,12 @@ FULL = Plan(
     (55.0, 130.0),  # about 10% and 25% of the default model's drain rate on a 2-core host
     2,
     (60.0, 30.0, 12),
+    ((50.0, 100.0), 3, 30.0),  # issue 41: >= 3 interleaved rounds at 50 and 100 msgs/s
 )
 # The smoke version: short time boxes, and only the default model through Kafka.
 QUICK = Plan(
     1.5, 120, 120, {"distilbert-base": 500, "minilm-l6": 1500}, 4.0, 4.0, False, ("minilm-l6",),
-    2, (55.0,), 1, (40.0, 6.0, 3),
+    2, (55.0,), 1, (40.0, 6.0, 3), ((50.0,), 1, 4.0),
 )  # fmt: skip
 
 
@@ -88,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     p.add_argument("--report-only", action="store_true", help="re-render from --results")
     p.add_argument("--merge", action="store_true",
-                   help="with --sections loop, peer and/or goodput: replace only those sections of "
+                   help="with --sections loop, peer, goodput and/or shadow: replace only those "
+                   "sections of "
                    "--out, keeping the rest of the file")  # fmt: skip
     p.add_argument("--peer-rates", default=None,
                    help="comma-separated open-loop rates (msgs/s) of the peer section")  # fmt: skip
@@ -275,6 +280,17 @@ class Bench:
         self.sample_load("goodput minilm-l6")
         self.save()
 
+    def shadow(self, bootstrap: str, broker_pid: int | None = None) -> None:
+        """The primary with a shadow model off, on and too slow to keep up (bench/shadow.py)."""
+        from bench.shadow import ShadowPlan, run_shadow
+
+        plan = ShadowPlan(*self.plan.shadow)
+        self.results["shadow"] = run_shadow(bootstrap, artifacts.DEFAULT_MODEL_DIR, plan,
+                                            threads=self.threads, broker_pid=broker_pid or 0,
+                                            checkpoint=self.checkpoint("shadow"))  # fmt: skip
+        self.sample_load("shadow minilm-l6")
+        self.save()
+
     def _models(self) -> list[tuple[str, Path]]:
         dirs = {"distilbert-base": artifacts.distilbert_model_dir,
                 "minilm-l6": lambda: artifacts.DEFAULT_MODEL_DIR}  # fmt: skip
@@ -351,13 +367,14 @@ def write_report(results: dict[str, Any], out: Path, plot_dir: Path) -> None:
 
 
 def merge_sections(results: dict[str, Any], out: Path) -> None:
-    """Put this run's loop, peer and goodput sections into the existing report, the rest as it
-    was."""
+    """Put this run's loop, peer, goodput and shadow sections into the existing report, the rest
+    as it was."""
     from bench.goodput_report import HEADING as GOODPUT_HEADING
     from bench.goodput_report import section_goodput
     from bench.loop_report import headline_row, run_note, section_loop, splice, splice_target
     from bench.peer_report import HEADING as PEER_HEADING
     from bench.peer_report import section_peer
+    from bench.shadow_report import merge_shadow
 
     label = str(results.get("machine_label", ""))
     text = out.read_text()
@@ -370,6 +387,7 @@ def merge_sections(results: dict[str, Any], out: Path) -> None:
     section = section_goodput(results.get("goodput"), label, run_note(results, "goodput"))
     if section:
         text = splice(text, section, GOODPUT_HEADING)
+    text = merge_shadow(results, text)
     out.write_text(text)
 
 
@@ -404,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if KAFKA_SECTIONS & set(sections):
         from devstack.embedded import EmbeddedKafka
 
-        if (KAFKA_SECTIONS - {"loop", "peer", "goodput"}) & set(sections):
+        if (KAFKA_SECTIONS - ALONE) & set(sections):
             artifacts.build_all()  # the loop and peer sections run the shipped model alone
         with EmbeddedKafka() as kafka:
             if "pipeline" in sections:
@@ -419,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench.peer(kafka.bootstrap, kafka.pid)
             if "goodput" in sections:
                 bench.goodput(kafka.bootstrap, kafka.pid)
+            if "shadow" in sections:
+                bench.shadow(kafka.bootstrap, kafka.pid)
     bench.save()
     print(f"wrote {args.out} in {bench.results['duration_s']} s")
     return 0

@@ -32,6 +32,7 @@ __all__ = [
     "build_all",
     "build_shape",
     "distilbert_model_dir",
+    "speed_model_dir",
     "torch_module",
 ]
 
@@ -156,6 +157,18 @@ def build_all(root: Path = BENCH_BUILD_DIR) -> dict[str, ShapeArtifacts]:
 def distilbert_model_dir(root: Path = BENCH_BUILD_DIR) -> Path:
     """The DistilBERT-shape int8 fused model directory the pipeline runs load."""
     return build_shape("distilbert-base", root).fused_int8
+
+
+def speed_model_dir(shape: str, root: Path = BENCH_BUILD_DIR) -> Path:
+    """The fused int8 model directory of a speed shape (`distilbert-base`, `bert-base`: random
+    weights), built once (about a minute for BERT-base) and reused."""
+    out = root / shape / "fused-int8"
+    if not _ready(out):
+        from models.export.checkpoint import build_speed_shape
+
+        log.info("building the fused int8 %s speed-shape model", shape)
+        build_speed_shape(out, shape, DEFAULT_TOKENIZER)
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m bench.artifacts`

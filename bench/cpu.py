@@ -2,8 +2,9 @@
 
 Roles: the moderator's event loop (its main thread), its scorer thread (named by the runtime, so
 `top -H` shows it too), its other threads (ONNX Runtime's intra-op pool, the metrics server), the
-broker, and the load generator (this process: the harness runs in it). Read from each thread's
-utime + stime, so it costs nothing while the run goes on.
+broker, and the load generator (this process: the harness runs in it); and, only in a run with a
+shadow model, the shadow's threads (named too), so the primary's share is told from the shadow's.
+Read from each thread's utime + stime, so it costs nothing while the run goes on.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from moderator.decide.batcher import SCORER_THREAD_NAME
+from moderator.shadow.scorer import THREAD_NAME as SHADOW_THREAD_NAME
 
 ROLES = ("event loop", "scorer", "model pool & other", "broker", "load generator")
+SHADOW = "shadow"  # a role only where a shadow runs: the other sections' splits stay as they were
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -43,6 +46,8 @@ def role_of(pid: int, tid: int, name: str, *, moderators: Iterable[int], broker:
     if pid in set(moderators):
         if tid == pid:
             return "event loop"
+        if name == SHADOW_THREAD_NAME:
+            return SHADOW
         return "scorer" if name == SCORER_THREAD_NAME else "model pool & other"
     return "load generator"
 
@@ -69,7 +74,7 @@ class CpuSplit:
         for (pid, tid), (name, seconds) in self._snapshot().items():
             was = self._before.get((pid, tid), (name, 0.0))[1]
             role = role_of(pid, tid, name, moderators=self.moderators, broker=self.broker)
-            split[role] += max(seconds - was, 0.0)
+            split[role] = split.get(role, 0.0) + max(seconds - was, 0.0)
         self.seconds = split
         return split
 
@@ -85,8 +90,10 @@ def harness_ms(cpu: Mapping[str, float]) -> float:
 
 
 def per_message_ms(split: Mapping[str, float], messages: int) -> dict[str, float]:
-    """CPU milliseconds per decided message, by role, and their total."""
+    """CPU milliseconds per decided message, by role (a shadow's too, where it ran), and their
+    total."""
     n = max(messages, 1)
-    out = {role: round(split.get(role, 0.0) * 1000 / n, 3) for role in ROLES}
-    out["total"] = round(sum(split.get(role, 0.0) for role in ROLES) * 1000 / n, 3)
+    roles = [*ROLES, *(role for role in split if role not in ROLES)]
+    out = {role: round(split.get(role, 0.0) * 1000 / n, 3) for role in roles}
+    out["total"] = round(sum(split.get(role, 0.0) for role in roles) * 1000 / n, 3)
     return out

@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from bench.cpu import CpuSplit, per_message_ms
+from bench.pairs import interleaved
 from bench.profile import start_profile, summarize_folded
 from bench.stack import (
     ModeratorConfig,
@@ -88,11 +89,7 @@ class LoopPlan:
 def arm_order(pairs: int) -> list[tuple[int, str]]:
     """(pair, arm) in the order run: off-on, on-off, off-on, ...: a drift in time costs both
     arms alike over each two pairs."""
-    out = []
-    for pair in range(pairs):
-        arms = ARMS if pair % 2 == 0 else ARMS[::-1]
-        out += [(pair, arm) for arm in arms]
-    return out
+    return interleaved(pairs, ARMS)
 
 
 def traffic(

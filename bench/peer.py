@@ -22,6 +22,7 @@ from typing import Any
 
 from bench import quix_peer
 from bench.cpu import per_message_ms
+from bench.pairs import interleaved
 from bench.pipeline import load_run, summary_dict
 from bench.stack import ModeratorConfig, create_topics, moderator, warm_up
 from bench.texts import bench_texts
@@ -46,11 +47,7 @@ class PeerPlan:
 def arm_order(pairs: int) -> list[tuple[int, str]]:
     """(pair, arm) in the order run: moderator-quix, quix-moderator, ...: a drift in time costs
     both arms alike over each two pairs."""
-    out = []
-    for pair in range(pairs):
-        arms = ARMS if pair % 2 == 0 else ARMS[::-1]
-        out += [(pair, arm) for arm in arms]
-    return out
+    return interleaved(pairs, ARMS)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from bench.cpu import ROLES, harness_ms, model_ms
 from bench.goodput_report import section_goodput
 from bench.loop_report import headline_row, run_note, section_loop
 from bench.peer_report import section_peer
+from bench.shadow_report import headline_rows, section_shadow
 
 TARGET_LADDER_X = 30.0
 TARGET_PIPELINE_SHARE = 0.90
@@ -553,6 +554,8 @@ def render(results: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
     out += section_loop(results.get("loop"), label, run_note(results))
     out += section_peer(results.get("peer"), label, run_note(results, "peer"))
     out += section_goodput(results.get("goodput"), label, run_note(results, "goodput"))
+    out += section_shadow(results.get("shadow"), label, results.get("machine") or {},
+                          run_note(results, "shadow"))  # fmt: skip
     notes = [*observations(results), *notes]
     if notes:
         out += ["## Reading the numbers", "", *[f"- {n}" for n in notes], ""]
@@ -604,6 +607,7 @@ def _headline(results: Mapping[str, Any]) -> list[str]:
             )
     if (row := headline_row(results.get("loop"))) is not None:
         rows.append(row)
+    rows += headline_rows(results.get("shadow"))
     if not rows:
         return []
     return ["## Targets", "", table(["measure", "target", "measured", ""], rows), ""]

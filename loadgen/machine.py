@@ -30,8 +30,22 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, bool]:
     return {flag: flag in flags for flag in FLAGS_OF_INTEREST}
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name as /proc/cpuinfo gives it ("" when absent): flags alone do not say
+    which generation a figure came from."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
+    return ""
+
+
 def machine_info() -> dict[str, object]:
-    return {"cores": usable_cores(), "cpu_count": os.cpu_count(), **cpu_flags()}
+    return {"cores": usable_cores(), "cpu_count": os.cpu_count(), "cpu_model": cpu_model(),
+            **cpu_flags()}  # fmt: skip
 
 
 def machine_label() -> str:
