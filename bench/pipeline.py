@@ -24,7 +24,7 @@ from bench.ladder import SERVICE_MAX_BATCH, backlog_rung
 from bench.profile import finish_profile, start_profile
 from bench.stack import ModeratorConfig, affinity, create_topics, drain, moderator, warm_up
 from bench.texts import SEED, bench_texts, key_repeat_share, repeat_share
-from devstack.child import Samples, read_status_kb
+from devstack.child import ModeratorChild, Samples, read_status_kb
 from loadgen.config import LoadConfig
 from loadgen.hop import HopResult, measure_hop
 from loadgen.kafka import TopicSet
@@ -102,10 +102,12 @@ def latency_run(
     harness_cores: frozenset[int] | None = None,
     dup_ratio: float = 0.0,
     counters: Callable[[Samples, Samples], dict[str, Any]] | None = None,
+    settle: Callable[[ModeratorChild], None] | None = None,
 ) -> dict[str, Any]:
     """Open-loop load at `rate` against a fresh moderator (the load generator, `dup_ratio` 0 by
     default), with the CPU each role spent per decided message and the scorer's batches
-    (bench/cpu.py); `counters` reads more from the metrics before and after (`out["counters"]`).
+    (bench/cpu.py); `counters` reads more from the metrics before and after (`out["counters"]`);
+    `settle` waits, once warm, for what the warm-up left behind (a shadow's backlog).
 
     `harness_cores`: pin the load generator and the broker (`broker_pid`) there, while
     `cfg.cores` holds the moderator, so the service's own curve is told apart from the share of
@@ -114,6 +116,8 @@ def latency_run(
     run(create_topics(bootstrap, names))
     with moderator(cfg, bootstrap, names) as mp:
         run(warm_up(bootstrap, names, bench_texts(64)))
+        if settle is not None:
+            settle(mp)
         before = mp.scrape()
         summary, split = load_run(bootstrap, names, mp.worker_pids(), rate, duration_s, hop,
                                   broker_pid=broker_pid, harness_cores=harness_cores,

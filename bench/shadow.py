@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from bench.pairs import interleaved
 from bench.pipeline import latency_run
 from bench.stack import ModeratorConfig
 from devstack.candidate import candidate_model
-from devstack.child import Samples
+from devstack.child import ModeratorChild, Samples
 from loadgen.config import LoadConfig
 from loadgen.hop import HopResult, measure_hop
 from loadgen.kafka import TopicSet
@@ -45,6 +46,7 @@ SLOW_THREADS = 1
 # queue (1000) fills only after the runs end; 100 fills within a run's first seconds.
 SLOW_QUEUE = 100
 DUP_RATIO = LoadConfig.dup_ratio  # the load generator's traffic as it is by default
+SETTLE_TIMEOUT_S = 120.0  # the slow shadow reads the warm-up's 64 messages in a few seconds
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,27 @@ def shadow_counters(before: Samples, after: Samples) -> dict[str, float]:
     }
 
 
+def settled(samples: Samples) -> bool:
+    """Whether the shadow has compared or skipped every message consumed so far: each one the
+    primary's model read is handed to it (the bench's moderator has no users' rules, overrides
+    or degraded mode to decide one without the model)."""
+    done = samples.total("moderator_shadow_decisions_total")
+    done += samples.total("moderator_shadow_skipped_total")
+    return done >= samples.total("moderator_messages_consumed_total")
+
+
+def settle(child: ModeratorChild, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+    """Wait until the shadow has read the warm-up: a slow one would otherwise still be reading it
+    in the measured run, its CPU and comparisons counted there and its queue already part full."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        samples = child.scrape()
+        if samples is not None and settled(samples):
+            return
+        time.sleep(0.2)
+    log.warning("the shadow had not read the warm-up after %.0f s; measuring anyway", timeout_s)
+
+
 def measure(
     bootstrap: str,
     cfg: ModeratorConfig,
@@ -121,8 +144,9 @@ def measure(
     per decided message by role, the shadow's counters."""
     arm, pair, rate = run_at
     tag = f"shadow-{arm}{pair}-{int(rate)}"
+    wait = settle if arm != "off" else None
     row = latency_run(bootstrap, cfg, rate, duration_s, hop, tag, broker_pid=broker_pid,
-                      dup_ratio=DUP_RATIO, counters=shadow_counters)  # fmt: skip
+                      dup_ratio=DUP_RATIO, counters=shadow_counters, settle=wait)  # fmt: skip
     row.update(arm=arm, pair=pair)
     log.info("shadow %s (pair %d) at %.0f/s: p50 %s p99 %s ms, counters %s", arm, pair, rate,
              row.get("p50_ms"), row.get("p99_ms"), row.get("counters"))  # fmt: skip

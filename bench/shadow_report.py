@@ -108,8 +108,8 @@ def verdict(runs: Sequence[Row], rate: float, arm: str) -> tuple[bool | None, st
     met = unaffected(mine.median if mine else None, off)
     if met is None or mine is None or off is None:
         return None, "not measured"
-    how = (f"median p99 {figure(mine.median)} ms, {place(mine.median, off)} off's "
-           f"{figure(off.low)}–{figure(off.high)} ms")  # fmt: skip
+    span = figure(off.low) if off.low == off.high else f"{figure(off.low)}–{figure(off.high)}"
+    how = f"median p99 {figure(mine.median)} ms, {place(mine.median, off)} off's {span} ms"
     return met, how
 
 
@@ -173,6 +173,10 @@ def fell_behind(rows: Sequence[Row]) -> str:
             "still waiting at the end of one")  # fmt: skip
 
 
+def threads(n: object) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
 def _intro(shadow: Mapping[str, Any]) -> str:
     models = shadow.get("shadows") or {}
     on, slow = models.get("on") or {}, models.get("slow") or {}
@@ -183,9 +187,9 @@ def _intro(shadow: Mapping[str, Any]) -> str:
         "fresh Redis per run). **off**: no shadow. **on**: `MODERATOR_SHADOW_MODEL` is "
         f"`{on.get('model')}` (devstack/candidate.py: the shipped graph under a manifest that "
         "names two labels the other way round and reads Spanish), at the shadow's defaults: "
-        f"{on.get('threads')} thread, a queue of {on.get('queue')}. **slow**: a shadow that "
+        f"{threads(on.get('threads'))}, a queue of {on.get('queue')}. **slow**: a shadow that "
         f"cannot keep up, `{slow.get('model')}` (the {shadow.get('slow_shape')}-shaped speed "
-        f"model: random weights, real size) on {slow.get('threads')} thread with a queue of "
+        f"model: random weights, real size) on {threads(slow.get('threads'))} with a queue of "
         f"{slow.get('queue')}, so it sheds within a run. Traffic: the load generator's, the same "
         f"seed in every run (dup_ratio {shadow.get('dup_ratio')}), constant arrivals, "
         f"{shadow.get('duration_s')} s per run; latency from each message's scheduled send time "

@@ -96,6 +96,16 @@ def test_the_counters_are_the_moderators_own_between_two_scrapes() -> None:
                    "records_sent": 4, "records_failed": 1, "queued": 7}  # fmt: skip
 
 
+def test_the_measured_run_waits_until_the_shadow_has_read_the_warm_up() -> None:
+    metrics = Metrics()
+    metrics.kafka.consumed.inc(64)
+    metrics.shadow.by_label["allow", "allow", "none"].inc(40)
+    metrics.shadow.skipped.inc(20)
+    assert not shadow.settled(scrape(metrics)), "4 still waiting or being read"
+    metrics.shadow.by_label["block", "allow", "threat"].inc(4)
+    assert shadow.settled(scrape(metrics))
+
+
 def test_an_arm_with_a_shadow_names_it_and_a_fresh_topic_for_its_records(tmp_path: Path) -> None:
     base = ModeratorConfig(tmp_path / "primary", threads=2, cache=True)
     assert shadow.arm_config(base, None, "t") is base
@@ -144,6 +154,11 @@ def test_the_verdict_sets_the_median_p99_against_offs_range() -> None:
     assert met is False
     assert "35.0 ms, above" in how
     assert shadow_report.verdict(RUNS, 100.0, "on") == (None, "not measured")
+    one = [RUNS[0], RUNS[1]]
+    assert shadow_report.verdict(one, 50.0, "on") == (
+        False,
+        "median p99 22.0 ms, above off's 20.0 ms",
+    )
 
 
 def results() -> dict[str, Any]:
