@@ -166,9 +166,10 @@ def run_shadow(
     base = ModeratorConfig(model_dir, threads=threads, cache=True)
     order = interleaved(plan.pairs, ARMS)
     out: dict[str, Any] = {
-        "model_dir": str(model_dir), "threads": threads, "rates": list(plan.rates),
-        "pairs": plan.pairs, "duration_s": plan.duration_s, "dup_ratio": DUP_RATIO,
-        "slow_shape": SLOW_SHAPE, "order": [arm for _, arm in order], "runs": [],
+        "model": Classifier(model_dir, threads=1).info.ident, "model_dir": str(model_dir),
+        "threads": threads, "rates": list(plan.rates), "pairs": plan.pairs,
+        "duration_s": plan.duration_s, "dup_ratio": DUP_RATIO, "slow_shape": SLOW_SHAPE,
+        "order": [arm for _, arm in order], "runs": [],
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-shadow-") as tmp:
         shadows = shadow_models(Path(tmp))

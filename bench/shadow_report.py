@@ -182,8 +182,8 @@ def _intro(shadow: Mapping[str, Any]) -> str:
     on, slow = models.get("on") or {}, models.get("slow") or {}
     hop = shadow.get("hop") or {}
     return (
-        f"The default model decides (`{shadow.get('model_dir')}`, {shadow.get('threads')} "
-        "threads), on the embedded Tansu broker (4 partitions), the score cache on (L1 and a "
+        f"The default model decides (`{shadow.get('model')}`, {threads(shadow.get('threads'))}), "
+        "on the embedded Tansu broker (4 partitions), the score cache on (L1 and a "
         "fresh Redis per run). **off**: no shadow. **on**: `MODERATOR_SHADOW_MODEL` is "
         f"`{on.get('model')}` (devstack/candidate.py: the shipped graph under a manifest that "
         "names two labels the other way round and reads Spanish), at the shadow's defaults: "
