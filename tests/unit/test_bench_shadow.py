@@ -5,7 +5,6 @@ metrics, and the section spliced into an existing report."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -59,19 +58,6 @@ def test_the_shadows_threads_are_a_cpu_role_of_their_own() -> None:
     assert with_shadow["total"] == pytest.approx(6.0)
     without = cpu.per_message_ms(dict.fromkeys(cpu.ROLES, 0.1), 100)
     assert set(without) == {*cpu.ROLES, "total"}, "the other sections' splits are unchanged"
-
-
-def test_a_shadow_thread_is_named_for_the_os() -> None:
-    names: list[str] = []
-
-    def work() -> None:
-        scorer._name_thread()
-        names.append(Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text())
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join()
-    assert names == [scorer.THREAD_NAME + "\n"]
 
 
 def scrape(metrics: Metrics) -> Samples:

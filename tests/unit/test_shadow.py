@@ -29,7 +29,7 @@ from moderator.pipeline import Pipeline
 from moderator.policy.rules import Policy, Ruling, read_spec
 from moderator.records import ChatMessage
 from moderator.shadow.agreement import Compared, Primary, compare, disagreement_record
-from moderator.shadow.scorer import Shadow, read
+from moderator.shadow.scorer import THREAD_NAME, Shadow, read
 from tests.contract import check_shadow
 from tests.unit.test_pipeline import Record, message, old_message
 from tests.waiting import eventually
@@ -231,6 +231,23 @@ async def test_a_full_queue_sheds_and_counts_what_it_skipped(
     assert counted(metrics, "decisions", "label") == Counter(
         (c.primary, c.shadow, c.label) for c in expected
     )
+
+
+def thread_names() -> list[str]:
+    return [(t / "comm").read_text().strip() for t in Path("/proc/self/task").iterdir()]
+
+
+async def test_the_shadows_threads_are_named_for_the_os(
+    reader: Reader, candidate: Reader, started: list[Shadow]
+) -> None:
+    """`top -H` and the shadow benchmark's CPU split tell its threads from the primary's."""
+    metrics = Metrics().shadow
+    shadow = Shadow(candidate, metrics, producer=None, topic="", queue_size=10, threads=2)
+    started.append(shadow)
+    await shadow.start()
+    shadow.offer(primaries(reader, Policy.load(), TEXTS[:4]))
+    await eventually(lambda: sum(counted(metrics, "decisions", "label").values()) == 4, "4 read")
+    assert 1 <= thread_names().count(THREAD_NAME) <= 2, "1 or 2, as the reads overlapped"
 
 
 async def test_pairs_are_counted_and_each_disagreement_handed_to_the_producer(
