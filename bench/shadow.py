@@ -27,7 +27,7 @@ from typing import Any
 from bench.artifacts import speed_model_dir
 from bench.pairs import interleaved
 from bench.pipeline import latency_run
-from bench.stack import ModeratorConfig
+from bench.stack import PARTITIONS, ModeratorConfig
 from devstack.candidate import candidate_model
 from devstack.child import ModeratorChild, Samples
 from loadgen.config import LoadConfig
@@ -167,9 +167,9 @@ def run_shadow(
     order = interleaved(plan.pairs, ARMS)
     out: dict[str, Any] = {
         "model": Classifier(model_dir, threads=1).info.ident, "model_dir": str(model_dir),
-        "threads": threads, "rates": list(plan.rates), "pairs": plan.pairs,
-        "duration_s": plan.duration_s, "dup_ratio": DUP_RATIO, "slow_shape": SLOW_SHAPE,
-        "order": [arm for _, arm in order], "runs": [],
+        "threads": threads, "partitions": PARTITIONS, "rates": list(plan.rates),
+        "pairs": plan.pairs, "duration_s": plan.duration_s, "dup_ratio": DUP_RATIO,
+        "slow_shape": SLOW_SHAPE, "order": [arm for _, arm in order], "runs": [],
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-shadow-") as tmp:
         shadows = shadow_models(Path(tmp))

@@ -183,10 +183,11 @@ def _intro(shadow: Mapping[str, Any]) -> str:
     hop = shadow.get("hop") or {}
     return (
         f"The default model decides (`{shadow.get('model')}`, {threads(shadow.get('threads'))}), "
-        "on the embedded Tansu broker (4 partitions), the score cache on (L1 and a "
-        "fresh Redis per run). **off**: no shadow. **on**: `MODERATOR_SHADOW_MODEL` is "
-        f"`{on.get('model')}` (devstack/candidate.py: the shipped graph under a manifest that "
-        "names two labels the other way round and reads Spanish), at the shadow's defaults: "
+        f"on the embedded Tansu broker ({shadow.get('partitions')} partitions), the score cache "
+        "on (L1 and a fresh Redis per run). **off**: no shadow. **on**: "
+        f"`MODERATOR_SHADOW_MODEL` is `{on.get('model')}` (devstack/candidate.py: the shipped "
+        "graph under a manifest that names two labels the other way round and reads Spanish), at "
+        "the shadow's defaults: "
         f"{threads(on.get('threads'))}, a queue of {on.get('queue')}. **slow**: a shadow that "
         f"cannot keep up, `{slow.get('model')}` (the {shadow.get('slow_shape')}-shaped speed "
         f"model: random weights, real size) on {threads(slow.get('threads'))} with a queue of "
