@@ -14,8 +14,6 @@ one, while a batch saves only a fixed ~4 tokens' worth of per-call work per extr
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import functools
 import logging
 import time
@@ -28,18 +26,11 @@ import numpy as np
 from moderator.decide.classifier import Classifier, Scores, TokenIds
 from moderator.metric_wings import DecideMetrics
 from moderator.tasks import cancel
+from moderator.threads import name_thread
 
 log = logging.getLogger(__name__)
 
 SCORER_THREAD_NAME = "scorer"  # the model's thread, as `top -H` and /proc/<pid>/task show it
-_PR_SET_NAME = 15
-
-
-def _name_thread() -> None:
-    """Name the scoring thread for the OS (Linux), so per-thread CPU tells the model's share from
-    the event loop's; elsewhere, or if libc refuses, the thread keeps its default name."""
-    with contextlib.suppress(AttributeError, OSError):
-        ctypes.CDLL(None).prctl(_PR_SET_NAME, SCORER_THREAD_NAME.encode(), 0, 0, 0)
 
 
 class ModelResult(NamedTuple):
@@ -84,7 +75,9 @@ class MicroBatcher:
         if self._task is not None:
             return
         self._executor = ThreadPoolExecutor(
-            self.concurrency, thread_name_prefix=SCORER_THREAD_NAME, initializer=_name_thread
+            self.concurrency,
+            thread_name_prefix=SCORER_THREAD_NAME,
+            initializer=functools.partial(name_thread, SCORER_THREAD_NAME),
         )
         self._task = asyncio.create_task(self._run(), name="batch-scorer")
 

@@ -19,8 +19,6 @@ their task, which the service watches.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import logging
 import time
 from collections.abc import Sequence
@@ -38,19 +36,19 @@ from moderator.metric_models import ShadowMetrics
 from moderator.metric_wings import DEFAULT_ACTIONS
 from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, disagreement_record
 from moderator.tasks import cancel
+from moderator.threads import lower_priority, name_thread
 
 log = logging.getLogger(__name__)
 
 THREAD_NAME = "shadow"  # the shadow's threads' names, in Python and for the OS (top -H, /proc)
 WARN_EVERY_S = 60.0
-_PR_SET_NAME = 15
 
 
-def _name_thread() -> None:
-    """Name a shadow thread for the OS (Linux), so per-thread CPU (bench/cpu.py) tells the
-    shadow's share of the process from the primary's; elsewhere it keeps its default name."""
-    with contextlib.suppress(AttributeError, OSError):
-        ctypes.CDLL(None).prctl(_PR_SET_NAME, THREAD_NAME.encode(), 0, 0, 0)
+def _shadow_thread() -> None:
+    """A shadow thread: named for the OS, and at the lowest priority, so a shadow short of CPU
+    sheds (its queue) instead of taking a core from the primary (moderator/threads.py)."""
+    name_thread(THREAD_NAME)
+    lower_priority()
 
 
 def read(reader: Reader, items: Sequence[Primary]) -> list[Judged]:
@@ -115,7 +113,7 @@ class Shadow:
         if self.task is not None:
             return
         self._executor = ThreadPoolExecutor(
-            self.threads, thread_name_prefix=THREAD_NAME, initializer=_name_thread
+            self.threads, thread_name_prefix=THREAD_NAME, initializer=_shadow_thread
         )
         self.task = asyncio.create_task(self._run(), name="moderator-shadow")
 

@@ -38,7 +38,7 @@ OUTSIDE = ("devstack", "loadgen", "models", "bench", "chaos", "tests")
 # below it. A module in a wing (a subpackage, named here) stands on its wing's floor; the modules
 # at the top of moderator/ are named here one by one, so a new module's room is a choice.
 BASE = (  # below every wing: errors, records, settings, logging, the loop, tasks, metrics
-    *("errors", "normalize", "records", "config", "redaction", "logs", "loop", "tasks"),
+    *("errors", "normalize", "records", "config", "redaction", "logs", "loop", "tasks", "threads"),
     *("turns", "metric_families", "metric_wings", "metric_models", "metrics", "commandline"),
 )
 FLOORS = (

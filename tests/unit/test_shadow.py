@@ -30,6 +30,7 @@ from moderator.policy.rules import Policy, Ruling, read_spec
 from moderator.records import ChatMessage
 from moderator.shadow.agreement import Compared, Primary, compare, disagreement_record
 from moderator.shadow.scorer import THREAD_NAME, Shadow, read
+from moderator.threads import LOWEST
 from tests.contract import check_shadow
 from tests.unit.test_pipeline import Record, message, old_message
 from tests.waiting import eventually
@@ -237,7 +238,14 @@ def thread_names() -> list[str]:
     return [(t / "comm").read_text().strip() for t in Path("/proc/self/task").iterdir()]
 
 
-async def test_the_shadows_threads_are_named_for_the_os(
+def niceness(name: str) -> list[int]:
+    """The niceness of each of this process's threads named `name` (/proc's stat, field 19)."""
+    tasks = Path("/proc/self/task").iterdir()
+    stats = [(t / "stat").read_text() for t in tasks if (t / "comm").read_text().strip() == name]
+    return [int(stat.rsplit(")", 1)[1].split()[16]) for stat in stats]
+
+
+async def test_the_shadows_threads_are_named_for_the_os_and_yield_the_cpu(
     reader: Reader, candidate: Reader, started: list[Shadow]
 ) -> None:
     """`top -H` and the shadow benchmark's CPU split tell its threads from the primary's."""
@@ -248,6 +256,7 @@ async def test_the_shadows_threads_are_named_for_the_os(
     shadow.offer(primaries(reader, Policy.load(), TEXTS[:4]))
     await eventually(lambda: sum(counted(metrics, "decisions", "label").values()) == 4, "4 read")
     assert 1 <= thread_names().count(THREAD_NAME) <= 2, "1 or 2, as the reads overlapped"
+    assert set(niceness(THREAD_NAME)) == {LOWEST}, "a shadow short of CPU waits, not the primary"
 
 
 async def test_pairs_are_counted_and_each_disagreement_handed_to_the_producer(
