@@ -334,6 +334,15 @@ def test_the_older_threshold_per_action_form_takes_the_top_severities() -> None:
         ({"labels": {"a": {"high": 0.5, "medium": "nudge"}}}, "labels.a mixes thresholds"),
         ({"labels": {"a": {"high": "block", "thresholds": {"high": 2}}}}, "thresholds.high"),
         ({"severity": {"high": "0.9"}}, "severity.high must be a number in 0..1"),
+        (
+            {"severity": {"extreme": 0.9}},
+            "severity may only set low, medium, high (scores in 0..1)",
+        ),
+        ({"severity": 0.9}, "p.json: severity may only set low, medium, high (scores in 0..1)"),
+        (
+            {"labels": {"a": {"high": "block", "thresholds": {"extreme": 0.5}}}},
+            "labels.a.thresholds may only set low, medium, high (scores in 0..1)",
+        ),
         ({"deny": "potato"}, "deny must be a list"),
         ({"deny": [{"term": " "}]}, "deny[0].term must be a non-empty string"),
         ({"deny": [{"term": "x", "action": "allow"}]}, "deny[0].action: 'allow'"),
