@@ -161,7 +161,10 @@ def test_the_shipped_model_and_a_built_one_carry_check_lines_that_hold(
     toxic = "you are the worst player i have ever seen, uninstall the game and never come back"
     [primary_row] = [line["scores"] for line in shipped if line["text"] == toxic]
     [candidate_row] = [line["scores"] for line in check_lines(candidate) if line["text"] == toxic]
-    assert candidate_row["obscene"] == primary_row["toxicity"] > 0.5, "its own labels recorded"
+    assert primary_row["toxicity"] > 0.95
+    assert primary_row["obscene"] < 0.05
+    assert candidate_row["obscene"] > 0.95, "its own labels recorded: the two swapped"
+    assert candidate_row["toxicity"] < 0.05
 
 
 def test_a_directory_that_fails_to_load_or_changed_since_the_start_is_refused(
