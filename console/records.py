@@ -83,7 +83,7 @@ def parse_review(value: bytes | None, timestamp_ms: int) -> dict[str, Any]:
     data = _obj(value)
     held = data.get("held_at_ms")
     held_at = held if isinstance(held, int) else timestamp_ms
-    expires = data.get("expires_at_ms")
+    expires, fallback = data.get("expires_at_ms"), data.get("review_fallback")
     scores = data.get("scores")
     context = data.get("context")
     return {
@@ -109,6 +109,8 @@ def parse_review(value: bytes | None, timestamp_ms: int) -> dict[str, Any]:
         else [],
         "held_at_ms": held_at,
         "expires_at_ms": expires if isinstance(expires, int) else None,
+        # what the timeout then decides (the policy's review_fallback), for "then allow" on a card
+        "review_fallback": fallback if isinstance(fallback, str) and fallback else None,
     }
 
 

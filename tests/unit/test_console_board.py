@@ -16,6 +16,9 @@ from console.records import (
     parse_review,
     read_verdict,
 )
+from moderator.policy.rules import Policy, read_spec
+from moderator.records import ChatMessage, Outcome
+from moderator.review.hold import encode_review, held_message
 
 NOW = 1_800_000_000_000
 
@@ -178,3 +181,22 @@ def test_a_review_record_is_read_leniently_and_bounded() -> None:
     assert (item["held_at_ms"], item["expires_at_ms"], item["strikes"]) == (NOW, None, 0)
     with pytest.raises(BadRecord):
         parse_review(b'{"message_id": "m", "channel_id": "c"}', NOW)
+
+
+def test_a_review_record_keeps_the_deadline_and_fallback_its_policy_gave_it() -> None:
+    # Held by the moderator's own code under a policy of its own: the page's time left and
+    # "then nudge" come from these two fields, never from a timeout the console assumes.
+    spec = {**read_spec(), "review_timeout_s": 45, "review_fallback": "nudge"}
+    policy = Policy.from_mapping(spec)
+    chat = ChatMessage("m-1", "c-1", "u-1", "you will regret this", NOW - 400)
+    decision = {"action": "review", "reason": "threat", "severity": "medium",
+                "scores": {"threat": 0.6}, "model": "m@1", "policy": "p@1",
+                "span": [0, 20]}  # fmt: skip
+    outcome = Outcome(None, orjson.dumps(decision), [], action="review", decision=decision)
+    held = held_message(chat, policy, outcome, NOW)
+    item = parse_review(encode_review(held, [], context_missing=False), NOW + 5)
+    assert (item["held_at_ms"], item["expires_at_ms"]) == (NOW, held["expires_at_ms"])
+    assert item["expires_at_ms"] - item["held_at_ms"] == spec["review_timeout_s"] * 1000
+    assert item["review_fallback"] == "nudge"
+    for odd in ({}, {"review_fallback": ""}, {"review_fallback": 3}):
+        assert review("m-2", **odd)["review_fallback"] is None  # shown without "then …"
