@@ -84,7 +84,8 @@ test: test-unit redis stunnel chromium examples  ## the whole test suite: the un
 # The browser tests write their screenshots to build/screenshots/ (a test run leaves the tree clean).
 screenshots: $(VENV)/.extras-$(TEST_EXTRAS) redis chromium  ## the console's browser tests, then their screenshots copied to docs/ (the README's)
 	rm -rf build/screenshots
-	$(BIN)/pytest tests/integration/test_console.py tests/integration/test_console_disagreements.py
+	$(BIN)/pytest tests/integration/test_console.py tests/integration/test_console_disagreements.py \
+		tests/integration/test_console_queue.py
 	cp build/screenshots/*.png docs/
 
 # MODELS_VERDICTS=FILE (`moderator verdicts export`'s): the moderators' verdicts, a train split.

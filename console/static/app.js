@@ -54,7 +54,8 @@ async function post(path, body) {
 
 function visible(item) {
   const channel = $("#filter-channel").value, label = $("#filter-label").value;
-  return (!channel || item.channel_id === channel) && (!label || item.label === label);
+  return (!channel || item.channel_id === channel) && (!label || item.label === label) &&
+    matchesSearch(item); // queue.js: the user and text filters
 }
 
 function card(item) {
@@ -68,7 +69,7 @@ function card(item) {
   );
   if (item.severity) head.append(el("span", "severity", item.severity));
   head.append(el("span", "strikes", `strikes ${item.strikes}`), el("span", "age", ""),
-    el("span", "claim", ""));
+    el("span", "due", ""), el("span", "claim", ""));
   li.append(head);
   const context = el("ol", "context");
   for (const line of item.context) {
@@ -127,9 +128,8 @@ function insertCard(item) {
   state.items.set(item.message_id, item);
   const li = card(item);
   showClaim(li, state.claims.get(item.message_id));
-  // Newest first, by when the moderator held it (records arrive in no order across partitions).
-  const after = sortedQueue().find((other) =>
-    state.items.get(other.dataset.messageId).held_at_ms < item.held_at_ms);
+  // In the chosen order (queue.js; records arrive in no order across partitions).
+  const after = sortedQueue().find((other) => comesBefore(item, state.items.get(other.dataset.messageId)));
   $("#queue").insertBefore(li, after || null);
 }
 
@@ -173,7 +173,9 @@ function refresh() {
     return on;
   });
   for (const li of sortedQueue()) {
-    li.querySelector(".age").textContent = age(state.items.get(li.dataset.messageId).held_at_ms);
+    const item = state.items.get(li.dataset.messageId);
+    li.querySelector(".age").textContent = age(item.held_at_ms);
+    showDue(li, item); // queue.js: time left, the mark under a minute
   }
   $("#empty").hidden = shown.length > 0;
   const oldest = Math.min(...shown.map((li) => state.items.get(li.dataset.messageId).held_at_ms));
@@ -343,8 +345,8 @@ function addHistory(entry) {
   while ($("#history tbody").rows.length > 200) $("#history tbody").lastChild.remove();
 }
 
-function table(head, rows) {
-  const t = el("table");
+function table(head, rows, cls) {
+  const t = el("table", cls);
   const tr = el("tr");
   for (const h of head) tr.append(el("th", "", h));
   const thead = el("thead");
@@ -361,8 +363,9 @@ function table(head, rows) {
 
 function showOverview(o) {
   state.overview = o;
+  syncClock(o); // queue.js: time left is by the server's clock
   const box = $("#overview");
-  const per = o.per_minute.slice(-10).map((m) => [clock(m.minute_ms).slice(0, 5),
+  const per = o.per_minute.slice(-10).map((m) => [hhmm(m.minute_ms),
     m.allow || 0, m.nudge || 0, m.review || 0, m.block || 0, m.final || 0]);
   const pct = (x) => (x === null || x === undefined ? "–" : `${Math.round(x * 100)}%`);
   const agreement = o.agreement.map((r) => [r.label, r.decided, r.allow, r.nudge, r.block,
@@ -372,7 +375,7 @@ function showOverview(o) {
     : "No held message decided yet.");
   box.replaceChildren(summary,
     el("h3", "", "Decisions per minute"),
-    table(["minute", "allow", "nudge", "review", "block", "final"], per),
+    table(["minute", "allow", "nudge", "review", "block", "final"], per, "per-minute"),
     el("h3", "", "Model vs human (held, by label)"),
     table(["label", "decided", "allow", "nudge", "block", "allowed"], agreement),
     el("h3", "", "Top channels (flagged)"),
@@ -527,13 +530,17 @@ async function revokeOverride(o) {
 // -- keys, login, start ------------------------------------------------------------------------
 
 document.addEventListener("keydown", (e) => {
-  if (e.target.closest && e.target.closest("input, select, textarea")) {
-    if (e.key === "Escape") e.target.blur();
+  if (e.target.closest && e.target.closest("input:not([type=checkbox]), select, textarea")) {
+    if (e.key === "Escape") { // leave the field; a filter keeps what it holds (not cleared)
+      e.target.blur();
+      if (e.target.type === "search") e.preventDefault();
+    }
     return;
   }
   if (e.ctrlKey || e.metaKey || e.altKey || !state.me) return;
   if (VIEW_KEYS[e.key]) { showView(VIEW_KEYS[e.key], true); e.preventDefault(); return; }
   if (views.shown !== "queue" && e.key !== "u" && e.key !== "?") return; // queue keys: its view only
+  if (queueKey(e.key)) { e.preventDefault(); return; } // queue.js: order, compact, text filter
   const id = state.selected, li = cardOf(id);
   if (li && ON_CARD.has(e.key) && !inView(li)) {
     // Never act on a card the moderator cannot see (scrolled away): show it, act on the next press.
@@ -557,6 +564,7 @@ async function boot() {
   $("#filter-channel").addEventListener("change", () => steady(() => {}));
   $("#filter-label").addEventListener("change", () => steady(() => {}));
   bindViews();
+  bindQueueControls(); // queue.js
   if (!session.moderator_id) {
     $("#login").hidden = false;
     $("#login-form").hidden = !session.token_login;

@@ -29,6 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from devstack.embedded import free_port
 from moderator.cli import COMMANDS
+from moderator.policy.review_rules import DEFAULT
 from tests.waiting import eventually_blocking
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,8 +204,10 @@ def in_view(browser: WebDriver, message_id: str) -> bool:
 
 
 def review_record(message_id: str, text: str, **fields: Any) -> dict[str, Any]:
-    """A review record as the moderator publishes it (loop contract, review.schema.json)."""
+    """A review record as the moderator publishes it (loop contract, review.schema.json): due
+    the default policy's review timeout after it was held, unless `fields` say otherwise."""
     now = int(time.time() * 1000)
+    held_at_ms = fields.get("held_at_ms", now)
     return {
         "message_id": message_id, "channel_id": "speedrun", "user_id": "u-troll",
         "text": text, "sent_at_ms": now - 400, "action": "review", "reason": "threat",
@@ -217,7 +220,8 @@ def review_record(message_id: str, text: str, **fields: Any) -> dict[str, Any]:
             {"message_id": f"{message_id}-c2", "user_id": "u-troll", "text": "you are all trash",
              "sent_at_ms": now - 4000},
         ],
-        "held_at_ms": now, "expires_at_ms": now + 600_000, **fields,
+        "held_at_ms": held_at_ms, "review_fallback": DEFAULT.fallback,
+        "expires_at_ms": held_at_ms + round(DEFAULT.timeout_s * 1000), **fields,
     }  # fmt: skip
 
 

@@ -86,7 +86,8 @@ def test_a_held_message_appears_live_a_click_sends_the_verdict_and_it_leaves_eve
             )
         ]  # fmt: skip
         produce(kafka.bootstrap, topics.decisions, decisions)
-        # Without reloading: the live stream brings both, newest first, to both pages.
+        # Without reloading: the live stream brings both to both pages, the one closest to timing
+        # out (held first, under the same policy) on top.
         for page in (alice, bob):
             wait_for(page, lambda b: card(b, "m-held") and card(b, "m-older"), "both cards")
         held = card(alice, "m-held")
@@ -99,7 +100,7 @@ def test_a_held_message_appears_live_a_click_sends_the_verdict_and_it_leaves_eve
             li.get_attribute("data-message-id")
             for li in alice.find_elements(By.CSS_SELECTOR, "#queue > li")
         ]
-        assert order == ["m-held", "m-older"]
+        assert order == ["m-older", "m-held"]
         assert "2 waiting" in alice.find_element(By.ID, "counts").text
         # Filters: by channel (and label), with the counts of what is shown.
         Select(bob.find_element(By.ID, "filter-channel")).select_by_value("lobby")
@@ -207,8 +208,11 @@ def test_the_keys_act_only_on_the_selected_card_and_only_while_it_is_in_view(
             "return [document.documentElement.scrollHeight, window.innerHeight]"
         )
         assert page_px > 3 * window_px, "the queue must be taller than the window"
-        # After login the selected card is the top one, in view (not the oldest, at the bottom).
-        assert (selected(alice), in_view(alice, "m-29")) == ("m-29", True)
+        # After login the selected card is the top one, in view: the one closest to timing out.
+        assert (selected(alice), in_view(alice, "m-00")) == ("m-00", True)
+        assert not in_view(alice, "m-29")
+        press(alice, "o")  # newest first: the top card is the newest, selected, in view
+        wait_for(alice, lambda b: selected(b) == "m-29" and in_view(b, "m-29"), "newest first")
         assert not in_view(alice, "m-00")
         # A newer item arrives while alice reads m-29: her card keeps the selection and its place.
         newer = review_record("m-new", "arrived while reading", held_at_ms=now + 1000)
@@ -282,8 +286,8 @@ def test_the_page_says_the_broker_is_unreachable_while_it_is_stopped_and_recover
             console_process(broker.bootstrap, redis_server.url, topics, tmp_path) as url,
             logged_in(url, "alice") as alice,
         ):
-            older = review_record("m-queued", "waiting all along")
-            older["held_at_ms"] -= 60_000
+            now = review_record("x", "")["held_at_ms"]
+            older = review_record("m-queued", "waiting all along", held_at_ms=now - 60_000)
             produce(broker.bootstrap, topics.review, [review_record("m-before", "before"), older])
             wait_for(alice, lambda b: card(b, "m-before") and card(b, "m-queued"), "the cards")
             banner = alice.find_element(By.ID, "banner")
@@ -305,10 +309,11 @@ def test_the_page_says_the_broker_is_unreachable_while_it_is_stopped_and_recover
             wait_for(alice, lambda b: card(b, "m-before") is None, "the queued verdict went out")
             produce(broker.bootstrap, topics.review, [review_record("m-after", "after the outage")])
             wait_for(alice, lambda b: card(b, "m-after"), "a card held after the outage")
-            # By keyboard this time: k selects the newer card above, a allows it.
-            ActionChains(alice).send_keys("k").perform()
+            # By keyboard this time: j selects the newer card below (it times out later), a
+            # allows it.
+            ActionChains(alice).send_keys("j").perform()
             wait_for(alice, lambda b: "selected" in card(b, "m-after").get_attribute("class"),
-                     "k selects the card above")  # fmt: skip
+                     "j selects the card below")  # fmt: skip
             ActionChains(alice).send_keys("a").perform()
             verdicts = read_until(broker.bootstrap, topics.verdicts, lambda seen: len(seen) >= 2)
             assert [(v["message_id"], v["verdict"]) for v in verdicts] == [
