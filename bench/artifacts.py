@@ -32,6 +32,7 @@ __all__ = [
     "build_all",
     "build_shape",
     "distilbert_model_dir",
+    "shipped_like_dir",
     "speed_model_dir",
     "torch_module",
 ]
@@ -168,6 +169,21 @@ def speed_model_dir(shape: str, root: Path = BENCH_BUILD_DIR) -> Path:
 
         log.info("building the fused int8 %s speed-shape model", shape)
         build_speed_shape(out, shape, DEFAULT_TOKENIZER)
+    return out
+
+
+def shipped_like_dir(shape: str, root: Path = BENCH_BUILD_DIR) -> Path:
+    """A speed shape quantized as the shipped model is (per-tensor int8, the feed-forward
+    down-projections int8 too with their 8 largest input channels fp32): what a built model of
+    that shape would cost, where `speed_model_dir`'s keeps the down-projections fp32."""
+    out = root / shape / "shipped-int8"
+    if not _ready(out):
+        from models.export.checkpoint import build_speed_shape
+        from models.export.outliers import CHANNELS
+
+        log.info("building the %s speed-shape model, quantized as shipped", shape)
+        build_speed_shape(out, shape, DEFAULT_TOKENIZER, per_channel=False,
+                          outlier_channels=CHANNELS)  # fmt: skip
     return out
 
 

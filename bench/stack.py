@@ -45,15 +45,19 @@ class ModeratorConfig:
     module: str = "moderator"  # run as `python -m MODULE run` (a diagnostic may wrap it)
     cores: frozenset[int] | None = None  # pin the moderator to these cores (None: anywhere)
     settings: tuple[tuple[str, str], ...] = ()  # more settings, e.g. (("review_context", "0"),)
+    tree: Path | None = None  # run another checkout's moderator (an old commit); None: this one
 
     def env(self, bootstrap: str, names: TopicSet, redis_url: str) -> dict[str, str]:
         no_cache = {} if self.cache else {"l1_cache_size": "0"}
-        return moderator_env(
+        env = moderator_env(
             kafka_bootstrap=bootstrap, **asdict(names), model_dir=self.model_dir,
             threads=self.threads, batch_threads=self.batch_threads, redis_url=redis_url,
             degraded_mode="off",  # every message waits for the model
             **no_cache, **dict(self.settings),
         )  # fmt: skip
+        if self.tree is not None:
+            env["PYTHONPATH"] = str(self.tree)
+        return env
 
 
 @contextlib.contextmanager
@@ -62,7 +66,8 @@ def moderator(cfg: ModeratorConfig, bootstrap: str, names: TopicSet) -> Iterator
     with contextlib.ExitStack() as stack:
         redis_url = stack.enter_context(EmbeddedRedis()).url if cfg.cache else ""
         args = ["run", "--workers", str(cfg.workers)] if cfg.workers > 1 else ["run"]
-        child = ModeratorChild(args, cfg.env(bootstrap, names, redis_url), module=cfg.module)
+        child = ModeratorChild(args, cfg.env(bootstrap, names, redis_url), module=cfg.module,
+                               cwd=cfg.tree)  # fmt: skip
         with affinity(cfg.cores):  # the child inherits this process's cores when it starts
             child.start()
         with child:

@@ -96,7 +96,8 @@ class ModeratorChild:
     `log_path`: stderr is appended there (kept for a report); without it stderr joins stdout in
     `lines`. `echo`: each line is also written to this process's stdout as it comes (the demo).
     `new_session`: the child leads a process group of its own, so `terminate_group()` can signal
-    it and its workers at once, the way systemd signals a unit.
+    it and its workers at once, the way systemd signals a unit. `cwd`: where it starts (another
+    checkout's root, whose `moderator` package `-m` then imports first: an old commit's benchmark).
     """
 
     def __init__(
@@ -109,8 +110,10 @@ class ModeratorChild:
         echo: bool = False,
         new_session: bool = False,
         module: str = "moderator",
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
+        self.cwd = cwd
         self.command = [sys.executable, "-m", module, *args]
         self.env = dict(env)
         self.log_path = log_path
@@ -137,7 +140,7 @@ class ModeratorChild:
                 stderr = stack.enter_context(self.log_path.open("ab"))
             self._proc = subprocess.Popen(
                 self.command, env=self.env, stdout=subprocess.PIPE, stderr=stderr,
-                start_new_session=self.new_session,
+                start_new_session=self.new_session, cwd=self.cwd,
             )  # fmt: skip
         self.started_s = time.monotonic()
         assert self._proc.stdout is not None

@@ -392,7 +392,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("out_dir", type=Path, help="the model directory to write")
     s.add_argument(
         "--shape",
-        choices=("distilbert-base", "bert-base"),
+        choices=("distilbert-base", "bert-base", "e5-small", "minilm-l15"),  # SPEED_SHAPES
         default="distilbert-base",
         help="the architecture's shape (distilbert-base)",
     )

@@ -33,6 +33,6 @@ SUBCOMMANDS = {
     "evaluate": "regenerate models/REPORT.md and the manifest's metrics",
     "tradeoff": "synthetic vs real text on weight mixes -> TRADEOFF.md",
     "ceiling": "what any threshold reaches on hateful and threat text -> CEILING.md",
-    "speed-shape": "random-weight DistilBERT/BERT-base for benchmarks",
+    "speed-shape": "random-weight model shapes for speed benchmarks",
 }
 USAGE = "moderator model {" + ",".join(SUBCOMMANDS) + "} ..."
