@@ -149,13 +149,16 @@ class Feed:
         tps = [TopicPartition(self.decision_topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         since = now_ms() - self.board.overview_minutes * MINUTE_MS
+        # The ends as they were before the search by time: a record produced while it runs is
+        # past them, so "from now on" below still reads it (seek_to_end would skip it).
+        ends = await consumer.end_offsets(tps)
         found = await consumer.offsets_for_times(dict.fromkeys(tps, since))
         for tp in tps:
             at = found.get(tp)
             if at is not None and at.timestamp >= 0:
                 consumer.seek(tp, at.offset)
             else:  # nothing that recent (or a broker that cannot say): from now on
-                await consumer.seek_to_end(tp)
+                consumer.seek(tp, ends[tp])
         await _read_forever(consumer, "the decision topic", self._apply_decision)
 
     def _apply_decision(self, record: ConsumerRecord[bytes, bytes]) -> None:

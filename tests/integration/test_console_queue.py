@@ -279,8 +279,8 @@ def test_the_overview_names_each_minute_as_a_24_hour_time(
     ])  # fmt: skip
     minute = datetime.fromtimestamp((at_ms - at_ms % 60_000) / 1000).strftime("%H:%M")
     with logged_in(console, "bob") as bob:
-        first_cells = "#overview table.per-minute tbody td:first-child"
-        cells = wait_for(bob, lambda b: b.find_elements(By.CSS_SELECTOR, first_cells), "minutes")
-        assert [c.text for c in cells] == [minute]  # not "6:11:", the AM/PM cut off
-        row = bob.find_element(By.CSS_SELECTOR, "#overview table.per-minute tbody tr").text
-        assert row == f"{minute} 0 0 0 3 0"
+        rows = "#overview table.per-minute tbody tr"
+        wait_for(bob, lambda b: [r.text for r in b.find_elements(By.CSS_SELECTOR, rows)]
+                 == [f"{minute} 0 0 0 3 0"], "the three blocks in their minute")  # fmt: skip
+        cell = bob.find_element(By.CSS_SELECTOR, f"{rows} td:first-child").text
+        assert cell == minute  # not "6:11:", the AM/PM cut off
