@@ -4,7 +4,9 @@ Roles: the moderator's event loop (its main thread), its scorer thread (named by
 `top -H` shows it too), its other threads (ONNX Runtime's intra-op pool, the metrics server), the
 broker, and the load generator (this process: the harness runs in it); and, only in a run with a
 shadow model, the shadow's threads (named too), so the primary's share is told from the shadow's.
-Read from each thread's utime + stime, so it costs nothing while the run goes on.
+Read from each thread's utime + stime, so it costs nothing while the run goes on; beside it, the
+time each role's threads spent runnable but waiting for a core (schedstat's run-queue delay),
+which tells a thread slowed by other threads taking its core from one whose work grew.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ SHADOW = "shadow"  # a role only where a shadow runs: the other sections' splits
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _thread_times(pid: int) -> dict[int, tuple[str, float]]:
-    """{tid: (thread name, CPU seconds)} for every thread of `pid` ({} once it is gone)."""
-    out: dict[int, tuple[str, float]] = {}
+def _thread_times(pid: int) -> dict[int, tuple[str, float, float]]:
+    """{tid: (thread name, CPU seconds, seconds waited for a core)} for every thread of `pid`
+    ({} once it is gone; the wait 0 where the kernel keeps no schedstat)."""
+    out: dict[int, tuple[str, float, float]] = {}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
@@ -33,9 +36,13 @@ def _thread_times(pid: int) -> dict[int, tuple[str, float]]:
             stat = (task / "stat").read_text()
         except OSError:
             continue
+        try:
+            waited = int((task / "schedstat").read_text().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            waited = 0.0
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, waited)
     return out
 
 
@@ -59,10 +66,11 @@ class CpuSplit:
         self.moderators = tuple(moderators)
         self.broker = broker
         self.pids = (*self.moderators, broker, harness)
-        self._before: dict[tuple[int, int], tuple[str, float]] = {}
+        self._before: dict[tuple[int, int], tuple[str, float, float]] = {}
         self.seconds: dict[str, float] = {}
+        self.waits: dict[str, float] = {}  # seconds runnable but waiting for a core, by role
 
-    def _snapshot(self) -> dict[tuple[int, int], tuple[str, float]]:
+    def _snapshot(self) -> dict[tuple[int, int], tuple[str, float, float]]:
         return {(pid, tid): v for pid in self.pids for tid, v in _thread_times(pid).items()}
 
     def start(self) -> None:
@@ -71,11 +79,14 @@ class CpuSplit:
     def stop(self) -> dict[str, float]:
         """CPU-seconds per role since `start()` (threads born in between count from zero)."""
         split = dict.fromkeys(ROLES, 0.0)
-        for (pid, tid), (name, seconds) in self._snapshot().items():
-            was = self._before.get((pid, tid), (name, 0.0))[1]
+        waits = dict.fromkeys(ROLES, 0.0)
+        for (pid, tid), (name, seconds, waited) in self._snapshot().items():
+            _, was, was_waiting = self._before.get((pid, tid), (name, 0.0, 0.0))
             role = role_of(pid, tid, name, moderators=self.moderators, broker=self.broker)
             split[role] = split.get(role, 0.0) + max(seconds - was, 0.0)
+            waits[role] = waits.get(role, 0.0) + max(waited - was_waiting, 0.0)
         self.seconds = split
+        self.waits = waits
         return split
 
 

@@ -102,11 +102,12 @@ def measure(
     names = TopicSet.fresh("bench", f"peer-{arm}{pair}-{int(rate)}")
     run(create_topics(bootstrap, names))
     with subject(arm, bootstrap, names, model_dir, threads) as pids:
-        summary, split = load_run(bootstrap, names, pids, rate, plan.duration_s, hop,
-                                  broker_pid=broker_pid)  # fmt: skip
+        summary, split, waits = load_run(bootstrap, names, pids, rate, plan.duration_s, hop,
+                                         broker_pid=broker_pid)  # fmt: skip
     out = summary_dict(summary)
     out.update(arm=arm, pair=pair, cpu_ms_per_msg=per_message_ms(split, summary.decided),
-               cpu_seconds={role: round(v, 3) for role, v in split.items()})  # fmt: skip
+               cpu_seconds={role: round(v, 3) for role, v in split.items()},
+               wait_ms_per_msg=per_message_ms(waits, summary.decided))  # fmt: skip
     log.info("peer %s (pair %d) at %.0f/s: p50 %s p99 %s ms, %d missing", arm, pair, rate,
              out["p50_ms"], out["p99_ms"], out["missing"])  # fmt: skip
     return out

@@ -119,14 +119,15 @@ def latency_run(
         if settle is not None:
             settle(mp)
         before = mp.scrape()
-        summary, split = load_run(bootstrap, names, mp.worker_pids(), rate, duration_s, hop,
-                                  broker_pid=broker_pid, harness_cores=harness_cores,
-                                  dup_ratio=dup_ratio)  # fmt: skip
+        summary, split, waits = load_run(bootstrap, names, mp.worker_pids(), rate, duration_s,
+                                         hop, broker_pid=broker_pid, harness_cores=harness_cores,
+                                         dup_ratio=dup_ratio)  # fmt: skip
         after = mp.scrape()
         del mp
     out = summary_dict(summary)
     out["cpu_ms_per_msg"] = per_message_ms(split, summary.decided)
     out["cpu_seconds"] = {role: round(v, 3) for role, v in split.items()}
+    out["wait_ms_per_msg"] = per_message_ms(waits, summary.decided)  # runnable, no core free
     if before is not None and after is not None:
         out["batches"] = batch_stats(before, after)
         if counters is not None:
@@ -147,9 +148,10 @@ def load_run(
     broker_pid: int = 0,
     harness_cores: frozenset[int] | None = None,
     dup_ratio: float = 0.0,
-) -> tuple[LoadSummary, dict[str, float]]:
+) -> tuple[LoadSummary, dict[str, float], dict[str, float]]:
     """The load generator's open-loop run at `rate` against whatever decides `names` (its
-    processes `pids`, warm already), and the CPU each role spent meanwhile (bench/cpu.py)."""
+    processes `pids`, warm already), the CPU each role spent meanwhile and the time its threads
+    waited for a core (bench/cpu.py)."""
     cpu = CpuSplit(moderators=pids, broker=broker_pid, harness=os.getpid())
     pinned = [broker_pid] if broker_pid and harness_cores is not None else []
     with affinity(harness_cores, *pinned):
@@ -165,7 +167,7 @@ def load_run(
             )
         )  # fmt: skip
         split = cpu.stop()
-    return summary, split
+    return summary, split, cpu.waits
 
 
 def batch_stats(before: Samples, after: Samples) -> dict[str, float | None]:

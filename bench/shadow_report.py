@@ -48,6 +48,16 @@ def primary_ms(row: Row) -> float | None:
     return float(sum(cpu.get(role, 0.0) for role in PROCESS_ROLES))
 
 
+def primary_wait_ms(row: Row) -> float | None:
+    """How long the primary's threads stood runnable with no core free, per decided message
+    (schedstat's run-queue delay): where a shadow slows the primary by taking its core, this
+    grows; where its work costs more on a shared core, primary CPU does."""
+    waits = row.get("wait_ms_per_msg")
+    if not waits:
+        return None
+    return float(sum(waits.get(role, 0.0) for role in PROCESS_ROLES))
+
+
 def shadow_ms(row: Row) -> float | None:
     """The shadow's CPU-ms per message it read (compared): its threads' CPU-seconds over the run
     by the comparisons counted in it. None without a shadow or with nothing compared."""
@@ -126,7 +136,7 @@ def run_rows(rows: Sequence[Row]) -> list[list[str]]:
             f"{c.get('compared', 0):.0f}" if has else "–",
             f"{c.get('skipped', 0):.0f} ({share(skipped_share(r))})" if has else "–",
             f"{c.get('queued', 0):.0f}" if has else "–",
-            f"{c.get('disagreed', 0):.0f}" if has else "–",
+            f"{c.get('disagreed', 0):.0f}" if has else "–", figure(primary_wait_ms(r), 2),
         ])  # fmt: skip
     return out
 
@@ -145,6 +155,7 @@ def summary_rows(runs: Sequence[Row], rate: float, arms: Sequence[str]) -> list[
             ranged(spread_of(rows, p99)), f"{word}: {how}" if how else word or "reference",
             ranged(spread_of(rows, primary_ms), cpu_ms), ranged(spread_of(rows, shadow_ms), cpu_ms),
             ranged(spread_of(rows, skipped_share), show=share) if arm != "off" else "–",
+            ranged(spread_of(rows, primary_wait_ms), cpu_ms),
         ])  # fmt: skip
     return out
 
@@ -202,7 +213,10 @@ def _intro(shadow: Mapping[str, Any]) -> str:
         "counting its comparisons run on the event loop and count here. *shadow CPU*: the "
         "shadow's threads per message it compared. *skipped*: `moderator_shadow_skipped_total` "
         "over the messages consumed; *left*: `moderator_shadow_queued` at the end of the run "
-        f"(neither compared nor skipped yet). Broker hop alone p50 {figure(hop.get('p50_ms'), 2)} "
+        "(neither compared nor skipped yet); *primary waited*: the time the primary's threads "
+        "stood runnable with no core free, per decided message (schedstat's run-queue delay; "
+        "the shadow's threads run in Linux's idle class at niceness 19, moderator/threads.py)."
+        f" Broker hop alone p50 {figure(hop.get('p50_ms'), 2)} "
         f"ms, p99 {figure(hop.get('p99_ms'), 2)} ms."
     )
 
@@ -213,11 +227,11 @@ def _rate_lines(runs: Sequence[Row], rate: float, label: str) -> list[str]:
         return []
     out = [f"### Open loop at {figure(rate)} msgs/s ({label})", ""]
     out += table(["pair", "arm", "decided", "p50 ms", "p99 ms", "p99.9 ms", "primary CPU-ms",
-                  "shadow CPU-ms", "compared", "skipped", "left", "disagreed"],
-                 run_rows(rows))  # fmt: skip
+                  "shadow CPU-ms", "compared", "skipped", "left", "disagreed",
+                  "primary waited ms"], run_rows(rows))  # fmt: skip
     out += ["", "Per arm, the median over its runs (their range in brackets):", ""]
     out += table(["arm", "runs", "p50 ms", "p99 ms", "p99 within off's range",
-                  "primary CPU-ms", "shadow CPU-ms", "skipped"],
+                  "primary CPU-ms", "shadow CPU-ms", "skipped", "primary waited ms"],
                  summary_rows(runs, rate, ("off", *SHADOW_ARMS)))  # fmt: skip
     out.append("")
     if slow := runs_of(runs, rate, "slow"):

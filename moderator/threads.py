@@ -3,8 +3,10 @@
 Per-thread CPU (`top -H`, bench/cpu.py) tells the model's share from the event loop's only when
 the threads carry names. A shadow model scores on threads at the lowest priority, so that on a
 busy host it is the shadow that waits for a core (and its bounded queue sheds), never the
-primary's event loop or scorer. Linux applies both to one thread; elsewhere, or where libc or
-the kernel refuses, a thread keeps its name and priority.
+primary's event loop or scorer: Linux's SCHED_IDLE class, which runs only where no other
+thread wants the core and is preempted at once when one wakes, and niceness 19 besides (the
+priority a platform without that class still honours). Linux applies each to one thread;
+elsewhere, or where libc or the kernel refuses, a thread keeps its name and priority.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ def name_thread(name: str) -> None:
 
 
 def lower_priority(niceness: int = LOWEST) -> None:
-    """Run the calling thread, and the threads it starts, at `niceness`."""
+    """Run the calling thread, and the threads it starts, at `niceness` in the idle class: a
+    nice-19 thread still takes ~1/70 of a contended core, and a waking thread may wait a
+    scheduler tick before it preempts it; an idle-class one yields at once."""
+    tid = threading.get_native_id()
     with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+        os.setpriority(os.PRIO_PROCESS, tid, niceness)
+    with contextlib.suppress(AttributeError, OSError):
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -111,6 +114,30 @@ def test_cpu_split_measures_this_process_as_the_harness() -> None:
     per = cpu.per_message_ms(seconds, 100)
     assert per["total"] == pytest.approx(per["load generator"], abs=0.01)
     assert per["load generator"] == pytest.approx(seconds["load generator"] * 10, abs=0.01)
+
+
+def test_cpu_split_counts_the_time_a_thread_waited_for_a_core() -> None:
+    """This thread and a spinning child share one core: the thread's 0.2 s of CPU takes about
+    twice that, and the time it stood runnable is its role's wait (the child is no role)."""
+    core = min(os.sched_getaffinity(0))
+    tid = threading.get_native_id()
+    was = os.sched_getaffinity(tid)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(spinner.pid, {core})
+        os.sched_setaffinity(tid, {core})
+        split = cpu.CpuSplit(moderators=[], broker=0, harness=os.getpid())
+        split.start()
+        deadline = time.process_time() + 0.2
+        while time.process_time() < deadline:
+            pass
+        split.stop()
+    finally:
+        os.sched_setaffinity(tid, was)
+        spinner.kill()
+        spinner.wait()
+    assert split.waits["load generator"] >= 0.05, split.waits
+    assert split.waits["event loop"] == split.waits["broker"] == 0.0
 
 
 def test_the_layout_diagnosis_ends_with_the_shipped_layout_and_keeps_the_old_one() -> None:

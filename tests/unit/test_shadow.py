@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -238,11 +239,19 @@ def thread_names() -> list[str]:
     return [(t / "comm").read_text().strip() for t in Path("/proc/self/task").iterdir()]
 
 
-def niceness(name: str) -> list[int]:
-    """The niceness of each of this process's threads named `name` (/proc's stat, field 19)."""
-    tasks = Path("/proc/self/task").iterdir()
-    stats = [(t / "stat").read_text() for t in tasks if (t / "comm").read_text().strip() == name]
-    return [int(stat.rsplit(")", 1)[1].split()[16]) for stat in stats]
+def priorities(name: str) -> list[tuple[int, int]]:
+    """(niceness, scheduling class) of each of this process's threads named `name` (/proc's
+    stat, field 19, and the kernel's own answer)."""
+    tasks = [
+        t for t in Path("/proc/self/task").iterdir() if (t / "comm").read_text().strip() == name
+    ]
+    return [
+        (
+            int((t / "stat").read_text().rsplit(")", 1)[1].split()[16]),
+            os.sched_getscheduler(int(t.name)),
+        )
+        for t in tasks
+    ]
 
 
 async def test_the_shadows_threads_are_named_for_the_os_and_yield_the_cpu(
@@ -256,7 +265,9 @@ async def test_the_shadows_threads_are_named_for_the_os_and_yield_the_cpu(
     shadow.offer(primaries(reader, Policy.load(), TEXTS[:4]))
     await eventually(lambda: sum(counted(metrics, "decisions", "label").values()) == 4, "4 read")
     assert 1 <= thread_names().count(THREAD_NAME) <= 2, "1 or 2, as the reads overlapped"
-    assert set(niceness(THREAD_NAME)) == {LOWEST}, "a shadow short of CPU waits, not the primary"
+    assert set(priorities(THREAD_NAME)) == {(LOWEST, os.SCHED_IDLE)}, (
+        "the shadow waits, not the primary"
+    )
 
 
 async def test_pairs_are_counted_and_each_disagreement_handed_to_the_producer(
