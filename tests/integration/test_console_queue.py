@@ -149,7 +149,6 @@ def test_each_card_counts_down_its_own_deadline_closest_first_and_marks_its_last
             assert text.endswith("then allow")
             assert 60 <= seconds_left(text) <= deadline_s[message_id]
         assert seconds_left(due(alice, "m-old")) < seconds_left(due(alice, "m-new"))
-        screenshot(alice, "console-time-left.png")
         # Newest first by the control (a click), back by its key (`o`); the top card selected.
         Select(alice.find_element(By.ID, "queue-order")).select_by_value("newest")
         wait_for(alice, lambda b: shown(b) == ["m-new", "m-mid", "m-soon", "m-old"], "newest")
@@ -158,6 +157,7 @@ def test_each_card_counts_down_its_own_deadline_closest_first_and_marks_its_last
         press(alice, "o")
         wait_for(alice, lambda b: shown(b) == ["m-soon", "m-mid", "m-old", "m-new"], "back")
         wait_for(alice, lambda b: selected(b) == "m-soon", "the one closest to timing out selected")
+        screenshot(alice, "console-time-left.png")
         assert alice.find_element(By.ID, "queue-order").get_attribute("value") == "due"
         # As time passes the page counts down, and m-mid gets its mark once under a minute.
         newest = due(alice, "m-new")
