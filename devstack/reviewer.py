@@ -65,7 +65,7 @@ class Reviewer:
     verdict_topic: str
     rule: Rule
     held: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
-    records: int = field(default=0, init=False)  # review records read, repeats included
+    records: int = field(default=0, init=False)  # review records handled, repeats included
     sent: list[Sent] = field(default_factory=list, init=False)
     failed: list[str] = field(default_factory=list, init=False)  # not taken by the broker
     _consumer: AIOKafkaConsumer | None = field(default=None, init=False, repr=False)
@@ -120,15 +120,16 @@ class Reviewer:
                     await self._read(record.value)
 
     async def _read(self, value: bytes | None) -> None:
-        self.records += 1
         review: dict[str, Any] = orjson.loads(value or b"{}")
         message_id = review.get("message_id")
-        if not isinstance(message_id, str) or message_id in self.held:
-            return
-        n = len(self.held)
-        self.held[message_id] = review
-        for i, answer in enumerate(self.rule(n, review)):
-            await self._send(message_id, answer, first=i == 0)
+        if isinstance(message_id, str) and message_id not in self.held:
+            n = len(self.held)
+            self.held[message_id] = review
+            for i, answer in enumerate(self.rule(n, review)):
+                await self._send(message_id, answer, first=i == 0)
+        # Counted once its verdicts are sent: a caller that waits for `records` to reach what it
+        # produced sees every answer (counted first, the last one's send could still be in flight).
+        self.records += 1
 
     async def _send(self, message_id: str, answer: Answer, *, first: bool) -> None:
         value = orjson.dumps({"message_id": message_id, "verdict": answer.verdict,
