@@ -17,7 +17,6 @@ import functools
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import artifacts, plots, report
+from bench.cpu import load_average, other_cpu_hogs
 from bench.ladder import RungResult
 from bench.memory import memory_from_pipeline
 from loadgen.machine import machine_info, machine_label, usable_cores
@@ -117,7 +117,7 @@ class Bench:
             "machine": machine_info(),
             "machine_label": machine_label(),
             "threads": self.threads,
-            "load_before": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+            "load_before": load_average(),
             "load_note": busy_note(),
         }
 
@@ -127,7 +127,7 @@ class Bench:
         self.results.setdefault("load_during", []).append(
             {
                 "section": section,
-                "loadavg": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+                "loadavg": load_average(),
                 "others": hogs,
             }
         )
@@ -258,7 +258,7 @@ class Bench:
         plan = PeerPlan(self.plan.peer_rates, self.plan.peer_pairs, self.plan.latency_duration_s)
 
         def loadavg() -> str:
-            return " ".join(f"{v:.2f}" for v in os.getloadavg())
+            return load_average()
 
         self.results["peer"] = run_peer(bootstrap, artifacts.DEFAULT_MODEL_DIR, plan,
                                         threads=self.threads, broker_pid=broker_pid or 0,
@@ -299,38 +299,6 @@ class Bench:
 
 def _append_rung(rows: list[dict[str, Any]], rung: RungResult) -> None:
     rows.append(rung.as_dict())
-
-
-def _ancestors(pid: int) -> set[int]:
-    seen: set[int] = set()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    return seen
-
-
-def other_cpu_hogs(min_cpu_pct: float = 20.0) -> list[str]:
-    """Processes not started by this run using much CPU (ps' lifetime average), for the report."""
-    try:
-        ps = subprocess.run(["ps", "-eo", "pid,pcpu,etime,args", "--sort=-pcpu"],
-                            capture_output=True, text=True, timeout=5, check=False)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return []
-    me = os.getpid()
-    out = []
-    for line in ps.stdout.splitlines()[1:15]:
-        parts = line.split(None, 3)
-        if len(parts) < 4:
-            continue
-        pid, cpu = int(parts[0]), float(parts[1])
-        if cpu < min_cpu_pct or me in _ancestors(pid):
-            continue
-        out.append(f"{cpu:.0f}% `{parts[3][:80]}` (running {parts[2]})")
-    return out
 
 
 def busy_note() -> str:

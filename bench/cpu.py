@@ -12,6 +12,7 @@ which tells a thread slowed by other threads taking its core from one whose work
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -107,4 +108,41 @@ def per_message_ms(split: Mapping[str, float], messages: int) -> dict[str, float
     roles = [*ROLES, *(role for role in split if role not in ROLES)]
     out = {role: round(split.get(role, 0.0) * 1000 / n, 3) for role in roles}
     out["total"] = round(sum(split.get(role, 0.0) for role in roles) * 1000 / n, 3)
+    return out
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages as the reports print them."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def _ancestors(pid: int) -> set[int]:
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return seen
+
+
+def other_cpu_hogs(min_cpu_pct: float = 20.0) -> list[str]:
+    """Processes not started by this run using much CPU (ps' lifetime average), for the report."""
+    try:
+        ps = subprocess.run(["ps", "-eo", "pid,pcpu,etime,args", "--sort=-pcpu"],
+                            capture_output=True, text=True, timeout=5, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    me = os.getpid()
+    out = []
+    for line in ps.stdout.splitlines()[1:15]:
+        parts = line.split(None, 3)
+        if len(parts) < 4:
+            continue
+        pid, cpu = int(parts[0]), float(parts[1])
+        if cpu < min_cpu_pct or me in _ancestors(pid):
+            continue
+        out.append(f"{cpu:.0f}% `{parts[3][:80]}` (running {parts[2]})")
     return out

@@ -11,12 +11,32 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.goodput import BARE_TEXTS, bare_model_ms
 from bench.texts import bench_texts
 from loadgen.machine import machine_label
 from moderator.config import Settings
+
+
+def paired_ms(
+    a: Path, b: Path, threads: int, texts: Sequence[str], rounds: int
+) -> tuple[float, float, list[float]]:
+    """A's and B's CPU-ms per message over `rounds` rounds of A, B, B, A (a drift in the host's
+    load falls on both), and each round's B / A."""
+    sums = {"a": 0.0, "b": 0.0}
+    ratios: list[float] = []
+    for _ in range(rounds):
+        a1 = bare_model_ms(a, threads, texts)
+        b1 = bare_model_ms(b, threads, texts)
+        b2 = bare_model_ms(b, threads, texts)
+        a2 = bare_model_ms(a, threads, texts)
+        sums["a"] += a1 + a2
+        sums["b"] += b1 + b2
+        ratios.append((b1 + b2) / (a1 + a2))
+    n = 2 * rounds
+    return sums["a"] / n, sums["b"] / n, ratios
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,21 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     texts = bench_texts(args.texts)
     threads = Settings().threads
-    ratios: list[float] = []
-    sums = {"a": 0.0, "b": 0.0}
-    for _ in range(args.rounds):
-        a1 = bare_model_ms(args.a, threads, texts)
-        b1 = bare_model_ms(args.b, threads, texts)
-        b2 = bare_model_ms(args.b, threads, texts)
-        a2 = bare_model_ms(args.a, threads, texts)
-        sums["a"] += a1 + a2
-        sums["b"] += b1 + b2
-        ratios.append((b1 + b2) / (a1 + a2))
-    n = 2 * args.rounds
+    a_ms, b_ms, ratios = paired_ms(args.a, args.b, threads, texts, args.rounds)
     per_call, _ = Settings(threads=threads).scoring_layout
     print(f"host: {machine_label()}; {per_call} intra-op thread(s) a call; {len(texts)} lines")
-    print(f"A {args.a}: {sums['a'] / n:.3f} CPU-ms/msg")
-    print(f"B {args.b}: {sums['b'] / n:.3f} CPU-ms/msg")
+    print(f"A {args.a}: {a_ms:.3f} CPU-ms/msg")
+    print(f"B {args.b}: {b_ms:.3f} CPU-ms/msg")
     print(
         f"B / A: {statistics.median(ratios):.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f});"
         f" B uses {100 * (1 - statistics.median(ratios)):.1f}% less CPU per message"

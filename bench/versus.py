@@ -30,7 +30,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -42,9 +41,11 @@ from typing import Any
 
 from bench import quix_peer
 from bench.artifacts import BENCH_BUILD_DIR, shipped_like_dir
-from bench.goodput import BARE_TEXTS, BUDGET_MS, GoodputPlan, Probe, bare_model_ms, search
+from bench.cpu import load_average, other_cpu_hogs
+from bench.goodput import BARE_TEXTS, BUDGET_MS, GoodputPlan, Probe, search, within_budget
 from bench.loop import counters as loop_counters
 from bench.loop import policy_text, users_table
+from bench.model_ab import paired_ms
 from bench.pairs import interleaved
 from bench.peer import PeerPlan
 from bench.peer import measure as peer_measure
@@ -129,7 +130,7 @@ class Versus:
             row = latency_run(self.bootstrap, self.configs[arm], rate, duration_s, self.hop,
                               f"vs-{arm}{pair}-{int(rate)}", broker_pid=self.broker_pid,
                               counters=counters)  # fmt: skip
-        row.update(arm=arm, pair=pair, loadavg=loadavg())
+        row.update(arm=arm, pair=pair, loadavg=load_average())
         return row
 
     def goodput(self, arm: str, pair: int, plan: GoodputPlan) -> dict[str, Any]:
@@ -141,12 +142,12 @@ class Versus:
             row = latency_run(self.bootstrap, self.configs[arm], rate, plan.duration_s, self.hop,
                               f"vs-g{arm}{pair}-{tried}", broker_pid=self.broker_pid,
                               counters=counters)  # fmt: skip
-            row["loadavg"] = loadavg()
+            row["loadavg"] = load_average()
             tried += 1
-            ok = row["p99_ms"] is not None and row["p99_ms"] <= BUDGET_MS and not row["missing"]
+            ok = within_budget(row)
             log.info("goodput %s (round %d) at %.1f/s: p99 %s ms -> %s", arm, pair, rate,
                      row["p99_ms"], ok)  # fmt: skip
-            return Probe(rate, bool(ok), row)
+            return Probe(rate, ok, row)
 
         best, confirmed, probes = search(probe, plan)
         return {"arm": arm, "pair": pair, "goodput": best, "confirmed": confirmed,
@@ -156,19 +157,10 @@ class Versus:
 def model_cost(heavy: Path, default: Path, threads: int, rounds: int) -> dict[str, Any]:
     """CPU-ms per message of the shipped model and the stand-in, one message per call, in
     alternating rounds (default, heavy, heavy, default), and the stand-in's ratio."""
-    texts = bench_texts(BARE_TEXTS)
-    sums = {"default": 0.0, "heavy": 0.0}
-    for _ in range(rounds):
-        for which in ("default", "heavy", "heavy", "default"):
-            sums[which] += bare_model_ms(heavy if which == "heavy" else default, threads, texts)
-    per = {k: v / (2 * rounds) for k, v in sums.items()}
-    return {"default_ms": round(per["default"], 3), "heavy_ms": round(per["heavy"], 3),
-            "ratio": round(per["heavy"] / per["default"], 2), "rounds": rounds,
+    default_ms, heavy_ms, _ = paired_ms(default, heavy, threads, bench_texts(BARE_TEXTS), rounds)
+    return {"default_ms": round(default_ms, 3), "heavy_ms": round(heavy_ms, 3),
+            "ratio": round(heavy_ms / default_ms, 2), "rounds": rounds,
             "heavy_model": Classifier(heavy, threads=1).info.ident}  # fmt: skip
-
-
-def loadavg() -> str:
-    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def run_versus(
@@ -232,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine_info(), "machine_label": machine_label(), "threads": threads,
-        "load_before": loadavg(),
+        "load_before": load_average(),
     }  # fmt: skip
     started = time.monotonic()
 
@@ -246,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     with EmbeddedKafka() as kafka:
         run_versus(args.old_tree, QUICK if args.quick else FULL, threads=threads,
                    bootstrap=kafka.bootstrap, broker_pid=kafka.pid or 0, save=save)  # fmt: skip
-    results["load_during"] = [{"section": "versus", "loadavg": loadavg(), "others": []}]
+    results["load_during"] = [{"section": "versus", "loadavg": load_average(),
+                               "others": other_cpu_hogs()}]  # fmt: skip
     save(results["versus"])
     print(f"wrote {args.out} in {results['duration_s']} s")
     return 0

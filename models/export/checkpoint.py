@@ -181,19 +181,18 @@ def build_speed_shape(
         max_length=128,
         per_channel=per_channel,
     )
-    manifest = _speed_manifest(out_dir, shape, result, per_channel, 0)
     if outlier_channels:
         from models.export import outliers
 
-        texts = outliers.calibration_texts()
-        batches = outliers.calibration_batches(onnx_export.classifier(out_dir), texts)
+        info = onnx_export.candidate_info(SPEED_LABELS, 128)  # the manifest is written after
+        scorer = onnx_export.classifier(out_dir, info=info)
+        batches = outliers.calibration_batches(scorer, outliers.calibration_texts())
         graph = out_dir / onnx_export.MODEL_FILE
         with tempfile.TemporaryDirectory(prefix="speed-shape-") as tmp:
             split = Path(tmp) / onnx_export.MODEL_FILE
             outliers.quantize(graph, split, batches, per_channel=True, channels=outlier_channels)
             shutil.move(split, graph)
-        manifest = _speed_manifest(out_dir, shape, result, per_channel, outlier_channels)
-    return manifest, result
+    return _speed_manifest(out_dir, shape, result, per_channel, outlier_channels), result
 
 
 def _speed_manifest(
