@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from console.auth import TokenRefused, verifier_from
 from console.board import Board
+from console.bulk import bulk_routes
 from console.claims import PENDING_MARGIN_MS, Claims
 from console.config import ConsoleSettings, token_matches
 from console.csrf import CsrfGuard, renew, session_token
@@ -63,6 +64,16 @@ HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
+
+
+# A handler's answer before it is a response: (HTTP status, JSON body); a bulk request gives one
+# per item. A checked verdict post: (verdict, reason, scope, the override's expiry in s).
+Answer = tuple[int, dict[str, Any]]
+Checked = tuple[str, str | None, str, int | None]
+
+
+def answer(result: Answer) -> Response:
+    return JSONResponse(result[1], status_code=result[0])
 
 
 class SecurityHeaders:
@@ -201,24 +212,22 @@ class Console:
             return JSONResponse({"error": "expected JSON with a message_id"}, status_code=400)
         return await handle(who, body)
 
-    def _gone(self, message_id: str) -> Response | None:
+    def _gone(self, message_id: str) -> Answer | None:
         first = self.board.first.get(message_id)
         if first is None and message_id in self.pending:
             first = self.pending[message_id].verdict
         if first is not None:
-            return JSONResponse(
-                {"error": "gone", "decided_by": first.moderator_id, "verdict": first.verdict},
-                status_code=409,
-            )
+            return 409, {"error": "gone", "decided_by": first.moderator_id,
+                         "verdict": first.verdict}  # fmt: skip
         if message_id not in self.board.items:
-            return JSONResponse({"error": "not waiting (unknown or timed out)"}, status_code=404)
+            return 404, {"error": "not waiting (unknown or timed out)"}
         return None
 
     async def claim(self, request: Request) -> Response:
         async def handle(who: str, body: dict[str, Any]) -> Response:
             message_id = body["message_id"]
             if (gone := self._gone(message_id)) is not None:
-                return gone
+                return answer(gone)
             if body.get("release"):
                 await self.claims.release(message_id, who)
                 self.board.set_claim(message_id, None)
@@ -232,60 +241,67 @@ class Console:
 
     async def verdict(self, request: Request) -> Response:
         async def handle(who: str, body: dict[str, Any]) -> Response:
-            message_id = body["message_id"]
-            checked = self._checked(body, who)
+            checked = self.check_verdict(body, who)
             if isinstance(checked, Response):
                 return checked
-            if (gone := self._gone(message_id)) is not None:
-                return gone
-            claim = self.board.claims.get(message_id)
-            if claim and claim["moderator_id"] != who and claim["until_ms"] > now_ms():
-                return JSONResponse({"error": "claimed", "claim": claim}, status_code=409)
-            at, expires_s = now_ms(), checked[3]
-            expires_at = at + expires_s * 1000 if expires_s is not None else None
-            verdict = Verdict(message_id, checked[0], who, checked[1], checked[2], at, expires_at)
-            grace_ms = int(self.settings.undo_grace_s * 1000)
-            lock = {**verdict._asdict(), "send_at_ms": verdict.at_ms + grace_ms}
-            first = await self.claims.first_verdict(
-                message_id, lock, ttl_ms=grace_ms + PENDING_MARGIN_MS
-            )
-            if (first["moderator_id"], first["at_ms"]) != (who, verdict.at_ms):
-                first_by = {"decided_by": first["moderator_id"], "verdict": first["verdict"]}
-                return JSONResponse({"error": "gone", **first_by}, status_code=409)
-            pending = self.pending[message_id] = Pending(verdict, lock)
-            if grace_ms <= 0:
-                return await self._release(pending)
-            self.board.hold_back(verdict)
-            pending.task = asyncio.create_task(self._after_grace(pending, grace_ms / 1000))
-            log.info("console: %s %s %s, sent in %s s unless undone", who, verdict.verdict,
-                     message_id, self.settings.undo_grace_s)  # fmt: skip
-            return JSONResponse({"pending": True, "verdict": verdict._asdict(),
-                                 "send_at_ms": lock["send_at_ms"]})  # fmt: skip
+            return answer(await self.decide(who, body["message_id"], checked))
 
         return await self._action(request, handle)
+
+    async def decide(self, who: str, message_id: str, checked: Checked) -> Answer:
+        """`who`'s verdict on one item under the claim and first-verdict rules, held back for
+        the undo grace; console/bulk.py sends each of a batch's items through here too."""
+        if (gone := self._gone(message_id)) is not None:
+            return gone
+        claim = self.board.claims.get(message_id)
+        if claim and claim["moderator_id"] != who and claim["until_ms"] > now_ms():
+            return 409, {"error": "claimed", "claim": claim}
+        at, expires_s = now_ms(), checked[3]
+        expires_at = at + expires_s * 1000 if expires_s is not None else None
+        verdict = Verdict(message_id, checked[0], who, checked[1], checked[2], at, expires_at)
+        grace_ms = int(self.settings.undo_grace_s * 1000)
+        lock = {**verdict._asdict(), "send_at_ms": verdict.at_ms + grace_ms}
+        first = await self.claims.first_verdict(
+            message_id, lock, ttl_ms=grace_ms + PENDING_MARGIN_MS
+        )
+        if (first["moderator_id"], first["at_ms"]) != (who, verdict.at_ms):
+            return 409, {"error": "gone", "decided_by": first["moderator_id"],
+                         "verdict": first["verdict"]}  # fmt: skip
+        pending = self.pending[message_id] = Pending(verdict, lock)
+        if grace_ms <= 0:
+            return await self._release(pending)
+        self.board.hold_back(verdict)
+        pending.task = asyncio.create_task(self._after_grace(pending, grace_ms / 1000))
+        log.info("console: %s %s %s, sent in %s s unless undone", who, verdict.verdict,
+                 message_id, self.settings.undo_grace_s)  # fmt: skip
+        return 200, {"pending": True, "verdict": verdict._asdict(),
+                     "send_at_ms": lock["send_at_ms"]}  # fmt: skip
 
     async def undo(self, request: Request) -> Response:
         async def handle(who: str, body: dict[str, Any]) -> Response:
-            message_id = body["message_id"]
-            pending = self.pending.get(message_id)
-            if pending is None or pending.verdict.moderator_id != who:
-                nothing = "nothing of yours to undo: the grace period is over, or it was not yours"
-                return JSONResponse({"error": nothing}, status_code=409)
-            del self.pending[message_id]
-            if pending.task is not None:
-                pending.task.cancel()
-            await self.claims.cancel(message_id, pending.lock)
-            self.board.put_back(message_id)
-            log.info("console: %s undid %s on %s", who, pending.verdict.verdict, message_id)
-            return JSONResponse({"undone": True, "verdict": pending.verdict._asdict()})
+            return answer(await self.take_back(who, body["message_id"]))
 
         return await self._action(request, handle)
+
+    async def take_back(self, who: str, message_id: str) -> Answer:
+        """Cancel `who`'s verdict on `message_id` while it waits out its grace: the item is back."""
+        pending = self.pending.get(message_id)
+        if pending is None or pending.verdict.moderator_id != who:
+            nothing = "nothing of yours to undo: the grace period is over, or it was not yours"
+            return 409, {"error": nothing}
+        del self.pending[message_id]
+        if pending.task is not None:
+            pending.task.cancel()
+        await self.claims.cancel(message_id, pending.lock)
+        self.board.put_back(message_id)
+        log.info("console: %s undid %s on %s", who, pending.verdict.verdict, message_id)
+        return 200, {"undone": True, "verdict": pending.verdict._asdict()}
 
     async def _after_grace(self, pending: Pending, grace_s: float) -> None:
         await asyncio.sleep(grace_s)
         await self._release(pending)
 
-    async def _release(self, pending: Pending) -> Response:
+    async def _release(self, pending: Pending) -> Answer:
         """The grace is over (or the console stops): produce the verdict, unless its lock lapsed
         meanwhile (then the item waits again). Every page hears how it went (`sent`)."""
         verdict = pending.verdict
@@ -308,10 +324,10 @@ class Console:
         log.info("console: %s %s %s", verdict.moderator_id, verdict.verdict, verdict.message_id)
         return self._sent(verdict, "sent" if sent else "queued", 200 if sent else 202)
 
-    def _sent(self, verdict: Verdict, outcome: str, code: int) -> Response:
+    def _sent(self, verdict: Verdict, outcome: str, code: int) -> Answer:
         self.board.tell("sent", {"outcome": outcome, "verdict": verdict._asdict()})
-        return JSONResponse({"sent": code == 200, "queued": code == 202, "outcome": outcome,
-                             "verdict": verdict._asdict()}, status_code=code)  # fmt: skip
+        return code, {"sent": code == 200, "queued": code == 202, "outcome": outcome,
+                      "verdict": verdict._asdict()}  # fmt: skip
 
     async def flush(self) -> None:
         """Stopping: send every verdict still in its grace period now, all at once (each waits
@@ -323,9 +339,7 @@ class Console:
                 pending.task.cancel()
         await asyncio.gather(*(self._release(p) for p in held_back), return_exceptions=True)
 
-    def _checked(
-        self, body: dict[str, Any], who: str
-    ) -> tuple[str, str | None, str, int | None] | Response:
+    def check_verdict(self, body: dict[str, Any], who: str) -> Checked | Response:
         """(verdict, reason, scope, override expiry in s) of `who`'s verdict post, or the 400
         answer (403: a global scope from a moderator without the role, console/overrides.py)."""
         verdict, reason = body.get("verdict"), body.get("reason")
@@ -390,6 +404,7 @@ def create_app(
             Route("/api/claim", console.claim, methods=["POST"]),
             Route("/api/verdict", console.verdict, methods=["POST"]),
             Route("/api/undo", console.undo, methods=["POST"]),
+            *bulk_routes(console),  # several items at once, answered per id
             *own,  # /api/overrides: the list, and revoking one
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
         ],

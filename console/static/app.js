@@ -63,7 +63,7 @@ function card(item) {
   li.dataset.messageId = item.message_id;
   li.tabIndex = -1;
   const head = el("div", "head");
-  head.append(
+  head.append(pickBox(item), // bulk.js: ticked for a bulk verdict
     el("span", "channel", `#${item.channel_id}`), el("span", "user", item.user_id),
     el("span", `label label-${item.label}`, item.reason || item.label),
   );
@@ -178,6 +178,7 @@ function refresh() {
     showDue(li, item); // queue.js: time left, the mark under a minute
   }
   $("#empty").hidden = shown.length > 0;
+  showPicked(); // bulk.js
   const oldest = Math.min(...shown.map((li) => state.items.get(li.dataset.messageId).held_at_ms));
   $("#counts").textContent = `${shown.length} waiting` +
     (shown.length < state.items.size ? ` (of ${state.items.size})` : "") +
@@ -541,6 +542,7 @@ document.addEventListener("keydown", (e) => {
   if (VIEW_KEYS[e.key]) { showView(VIEW_KEYS[e.key], true); e.preventDefault(); return; }
   if (views.shown !== "queue" && e.key !== "u" && e.key !== "?") return; // queue keys: its view only
   if (queueKey(e.key)) { e.preventDefault(); return; } // queue.js: order, compact, text filter
+  if (bulkKey(e.key)) { e.preventDefault(); return; } // bulk.js: tick, all shown, Shift+a/n/b
   const id = state.selected, li = cardOf(id);
   if (li && ON_CARD.has(e.key) && !inView(li)) {
     // Never act on a card the moderator cannot see (scrolled away): show it, act on the next press.
@@ -565,6 +567,7 @@ async function boot() {
   $("#filter-label").addEventListener("change", () => steady(() => {}));
   bindViews();
   bindQueueControls(); // queue.js
+  bindBulk(); // bulk.js
   if (!session.moderator_id) {
     $("#login").hidden = false;
     $("#login-form").hidden = !session.token_login;
