@@ -3,7 +3,8 @@
 Roles: the moderator's event loop (its main thread), its scorer thread (named by the runtime, so
 `top -H` shows it too), its other threads (ONNX Runtime's intra-op pool, the metrics server), the
 broker, and the load generator (this process: the harness runs in it); and, only in a run with a
-shadow model, the shadow's threads (named too), so the primary's share is told from the shadow's.
+shadow model, the shadow's process (a moderator's child, moderator/shadow/process.py), so the
+primary's share is told from the shadow's.
 Read from each thread's utime + stime, so it costs nothing while the run goes on; beside it, the
 time each role's threads spent runnable but waiting for a core (schedstat's run-queue delay),
 which tells a thread slowed by other threads taking its core from one whose work grew.
@@ -17,7 +18,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from moderator.decide.batcher import SCORER_THREAD_NAME
-from moderator.shadow.scorer import THREAD_NAME as SHADOW_THREAD_NAME
 
 ROLES = ("event loop", "scorer", "model pool & other", "broker", "load generator")
 SHADOW = "shadow"  # a role only where a shadow runs: the other sections' splits stay as they were
@@ -47,17 +47,37 @@ def _thread_times(pid: int) -> dict[int, tuple[str, float, float]]:
     return out
 
 
-def role_of(pid: int, tid: int, name: str, *, moderators: Iterable[int], broker: int) -> str:
-    """Which role a thread's CPU counts for."""
+def children(parents: Iterable[int]) -> list[int]:
+    """The processes whose parent is one of `parents` (a moderator's shadow, and the resource
+    tracker its process pool starts)."""
+    wanted, out = set(parents), []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) in wanted:
+            out.append(int(proc.name))
+    return out
+
+
+def role_of(
+    pid: int,
+    tid: int,
+    name: str,
+    *,
+    moderators: Iterable[int],
+    broker: int,
+    shadows: Iterable[int] = (),
+) -> str:
+    """Which role a thread's CPU counts for (`shadows`: the moderators' child processes)."""
     if pid == broker:
         return "broker"
     if pid in set(moderators):
         if tid == pid:
             return "event loop"
-        if name == SHADOW_THREAD_NAME:
-            return SHADOW
         return "scorer" if name == SCORER_THREAD_NAME else "model pool & other"
-    return "load generator"
+    return SHADOW if pid in set(shadows) else "load generator"
 
 
 class CpuSplit:
@@ -67,12 +87,15 @@ class CpuSplit:
         self.moderators = tuple(moderators)
         self.broker = broker
         self.pids = (*self.moderators, broker, harness)
+        self.shadows: set[int] = set()  # the moderators' children, as each snapshot found them
         self._before: dict[tuple[int, int], tuple[str, float, float]] = {}
         self.seconds: dict[str, float] = {}
         self.waits: dict[str, float] = {}  # seconds runnable but waiting for a core, by role
 
     def _snapshot(self) -> dict[tuple[int, int], tuple[str, float, float]]:
-        return {(pid, tid): v for pid in self.pids for tid, v in _thread_times(pid).items()}
+        self.shadows.update(children(self.moderators))
+        pids = (*self.pids, *self.shadows)
+        return {(pid, tid): v for pid in pids for tid, v in _thread_times(pid).items()}
 
     def start(self) -> None:
         self._before = self._snapshot()
@@ -83,7 +106,9 @@ class CpuSplit:
         waits = dict.fromkeys(ROLES, 0.0)
         for (pid, tid), (name, seconds, waited) in self._snapshot().items():
             _, was, was_waiting = self._before.get((pid, tid), (name, 0.0, 0.0))
-            role = role_of(pid, tid, name, moderators=self.moderators, broker=self.broker)
+            role = role_of(
+                pid, tid, name, moderators=self.moderators, broker=self.broker, shadows=self.shadows
+            )
             split[role] = split.get(role, 0.0) + max(seconds - was, 0.0)
             waits[role] = waits.get(role, 0.0) + max(waited - was_waiting, 0.0)
         self.seconds = split

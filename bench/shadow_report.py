@@ -17,7 +17,7 @@ from bench.pairs import Spread, place, spread, unaffected
 
 HEADING = "## 10. A shadow model beside the primary"
 SHADOW_ARMS = ("on", "slow")
-PROCESS_ROLES = ROLES[:3]  # the moderator's own threads; its shadow's are a role apart
+PROCESS_ROLES = ROLES[:3]  # the moderator's own threads; its shadow's process is a role apart
 NAMES = {"off": "off", "on": "on: candidate", "slow": "slow: too slow to keep up"}
 TARGETS = {"on": "shadow on: primary p99 vs no shadow", "slow": "shadow too slow: primary p99 "
            "vs no shadow"}  # fmt: skip
@@ -59,7 +59,7 @@ def primary_wait_ms(row: Row) -> float | None:
 
 
 def shadow_ms(row: Row) -> float | None:
-    """The shadow's CPU-ms per message it read (compared): its threads' CPU-seconds over the run
+    """The shadow's CPU-ms per message it read (compared): its process's CPU-seconds over the run
     by the comparisons counted in it. None without a shadow or with nothing compared."""
     seconds = (row.get("cpu_seconds") or {}).get(SHADOW)
     compared = (row.get("counters") or {}).get("compared")
@@ -208,14 +208,16 @@ def _intro(shadow: Mapping[str, Any]) -> str:
         "to its decision's arrival. Each rate's runs went in the order "
         f"{', '.join(shadow.get('order') or [])} (bench/pairs.py), each a fresh moderator, "
         "Redis, topics and group. *primary CPU*: the moderator's own threads (event loop, "
-        "scorer, model pool) per decided message, without the shadow's threads (named "
-        "`shadow`, a role of their own in bench/cpu.py); handing messages to the shadow and "
-        "counting its comparisons run on the event loop and count here. *shadow CPU*: the "
-        "shadow's threads per message it compared. *skipped*: `moderator_shadow_skipped_total` "
-        "over the messages consumed; *left*: `moderator_shadow_queued` at the end of the run "
-        "(neither compared nor skipped yet); *primary waited*: the time the primary's threads "
-        "stood runnable with no core free, per decided message (schedstat's run-queue delay; "
-        "the shadow's threads run in Linux's idle class at niceness 19, moderator/threads.py)."
+        "scorer, model pool and the process pool's two helper threads) per decided message, "
+        "without the shadow's process (the moderator's child, named `shadow`, a role of its own "
+        "in bench/cpu.py); handing messages to the shadow (pickling them to its process) and "
+        "counting its comparisons run in the moderator and count here. *shadow CPU*: the "
+        "shadow process's threads per message it compared. *skipped*: "
+        "`moderator_shadow_skipped_total` over the messages consumed; *left*: "
+        "`moderator_shadow_queued` at the end of the run (neither compared nor skipped yet); "
+        "*primary waited*: the time the primary's threads stood runnable with no core free, per "
+        "decided message (schedstat's run-queue delay; the shadow's process runs in Linux's idle "
+        "class at niceness 19, moderator/shadow/process.py)."
         f" Broker hop alone p50 {figure(hop.get('p50_ms'), 2)} "
         f"ms, p99 {figure(hop.get('p99_ms'), 2)} ms."
     )

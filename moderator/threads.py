@@ -1,12 +1,13 @@
 """The OS's view of the process's worker threads: their names and the shadow's priority.
 
 Per-thread CPU (`top -H`, bench/cpu.py) tells the model's share from the event loop's only when
-the threads carry names. A shadow model scores on threads at the lowest priority, so that on a
+the threads carry names. A shadow model scores in a process at the lowest priority, so that on a
 busy host it is the shadow that waits for a core (and its bounded queue sheds), never the
 primary's event loop or scorer: Linux's SCHED_IDLE class, which runs only where no other
 thread wants the core and is preempted at once when one wakes, and niceness 19 besides (the
-priority a platform without that class still honours). Linux applies each to one thread;
-elsewhere, or where libc or the kernel refuses, a thread keeps its name and priority.
+priority a platform without that class still honours). Linux applies each to one thread, and a
+thread starts with its creator's; elsewhere, or where libc or the kernel refuses, a thread keeps
+its name and priority.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import ctypes
 import os
 import threading
+from pathlib import Path
 
 _PR_SET_NAME = 15
 LOWEST = 19  # niceness: a CPU-bound thread at 19 gets ~1/70 of a core a thread at 0 wants
@@ -26,12 +28,20 @@ def name_thread(name: str) -> None:
         ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode(), 0, 0, 0)
 
 
-def lower_priority(niceness: int = LOWEST) -> None:
-    """Run the calling thread, and the threads it starts, at `niceness` in the idle class: a
-    nice-19 thread still takes ~1/70 of a contended core, and a waking thread may wait a
-    scheduler tick before it preempts it; an idle-class one yields at once."""
-    tid = threading.get_native_id()
+def lower_priority(niceness: int = LOWEST, *, tid: int | None = None) -> None:
+    """Run the calling thread (or thread `tid`), and the threads it starts, at `niceness` in the
+    idle class: a nice-19 thread still takes ~1/70 of a contended core, and a waking thread may
+    wait a scheduler tick before it preempts it; an idle-class one yields at once."""
+    tid = threading.get_native_id() if tid is None else tid
     with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, tid, niceness)
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+
+
+def lower_process_priority(niceness: int = LOWEST) -> None:
+    """`lower_priority` for every thread of this process, those its imports started included."""
+    lower_priority(niceness)  # the calling thread, where there is no /proc to list the others
+    with contextlib.suppress(OSError):
+        for task in Path("/proc/self/task").iterdir():
+            lower_priority(niceness, tid=int(task.name))

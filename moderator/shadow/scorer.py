@@ -3,17 +3,18 @@
 `offer` is all the primary's path does: a non-blocking put on a bounded queue, after the
 primary's decisions are made; a full queue sheds the message and counts it
 (`moderator_shadow_skipped_total`), so a slow shadow costs skipped comparisons, never latency or
-a commit. Workers take what waits, a batch at a time, and read it on the shadow's own threads
-(`shadow_threads`, one ONNX thread each) the way `moderator score` does (screen, windows,
-language gate from the shadow's own manifest, the model, then the channel's policy:
-decide/screen.py), so its tokenizing and language detection stay off the event loop too (their
-Python parts still take turns with it for the GIL: the benchmark is to say what that costs). Each
-pair is counted (moderator/shadow/agreement.py); a disagreement is handed to the producer the
-primary's decisions use, and not awaited: its delivery is counted when it lands.
+a commit. A worker takes what waits, a batch at a time, and has it read in the shadow's own
+process (moderator/shadow/process.py: the idle scheduling class, `shadow_threads` ONNX threads)
+the way `moderator score` does (screen, windows, language gate from the shadow's own manifest,
+the model, then the channel's policy: decide/screen.py), so none of its reading takes the
+primary's CPU time or its interpreter lock. Each pair is counted (moderator/shadow/agreement.py);
+a disagreement is handed to the producer the primary's decisions use, and not awaited: its
+delivery is counted when it lands.
 
 A shadow that fails to read a batch logs it (at most once a minute) and counts the batch as
-skipped: a broken candidate must not stop the primary. Only a bug in the workers' own loop ends
-their task, which the service watches.
+skipped: a broken candidate must not stop the primary. A child that dies (killed, out of
+memory) is replaced by a new one at the next batch, its batch skipped. Only a bug in the
+worker's own loop ends its task, which the service watches.
 """
 
 from __future__ import annotations
@@ -22,53 +23,40 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import orjson
 from aiokafka.errors import KafkaError
 
 from moderator.config import Settings
 from moderator.decide.classifier import Classifier
-from moderator.decide.screen import Judged, Reader, decide_texts, reader_for
+from moderator.decide.screen import Judged, Reader, reader_for
 from moderator.kafka.connect import Sender
 from moderator.kafka.topics import ensure_topics
 from moderator.metric_models import ShadowMetrics
 from moderator.metric_wings import DEFAULT_ACTIONS
+from moderator.shadow import process
 from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, disagreement_record
+from moderator.shadow.process import THREAD_NAME, read_texts
 from moderator.tasks import cancel
-from moderator.threads import lower_priority, name_thread
 
 log = logging.getLogger(__name__)
 
-THREAD_NAME = "shadow"  # the shadow's threads' names, in Python and for the OS (top -H, /proc)
 WARN_EVERY_S = 60.0
 
-
-def _shadow_thread() -> None:
-    """A shadow thread: named for the OS, and at the lowest priority, so a shadow short of CPU
-    sheds (its queue) instead of taking a core from the primary (moderator/threads.py)."""
-    name_thread(THREAD_NAME)
-    lower_priority()
+__all__ = ["THREAD_NAME", "Shadow", "read", "shadow_for"]
 
 
 def read(reader: Reader, items: Sequence[Primary]) -> list[Judged]:
-    """The shadow's decision on each message under its channel's policy (the messages of one
-    policy scored in one model call). Pure and synchronous: it runs on a shadow thread."""
-    out: list[Judged | None] = [None] * len(items)
-    by_policy: dict[int, list[int]] = {}
-    for i, item in enumerate(items):
-        by_policy.setdefault(id(item.policy), []).append(i)
-    for indices in by_policy.values():
-        policy = items[indices[0]].policy
-        texts = [items[i].chat.text for i in indices]
-        for i, judged in zip(indices, decide_texts(reader, policy, texts), strict=True):
-            out[i] = judged
-    return [judged for judged in out if judged is not None]
+    """The shadow's decision on each message under its channel's policy, read in this process
+    (the child reads the same way: moderator/shadow/process.py)."""
+    return read_texts(reader, [(item.policy, item.chat.text) for item in items])
 
 
 class Shadow:
-    """The shadow model's queue, threads and comparisons: `start()` starts the workers, `stop()`
-    (idempotent) ends them and drops what still waits."""
+    """The shadow model's queue, reading process and comparisons: `start()` starts the process
+    (its model loaded) and the worker, `stop()` (idempotent) ends them and drops what waits."""
 
     def __init__(
         self,
@@ -89,14 +77,15 @@ class Shadow:
         self.threads = threads
         self.max_batch = max_batch
         self._queue: asyncio.Queue[Primary] = asyncio.Queue(queue_size)
-        self._executor: ThreadPoolExecutor | None = None
+        self._process: ProcessPoolExecutor | None = None
         self._warned_at = -WARN_EVERY_S
         self.task: asyncio.Task[None] | None = None
         metrics.precreate(DEFAULT_ACTIONS, reader.classifier.labels)
 
     def use(self, reader: Reader) -> None:
         """Read with `reader` from now on (a rollout switched the models: moderator/shadow/
-        switch.py); a batch under way finishes with the model it began with."""
+        switch.py); a batch under way finishes with the model it began with, and the child
+        loads the new one at its next batch."""
         self.reader, self.model = reader, reader.classifier.info.ident
         self.metrics.precreate(DEFAULT_ACTIONS, reader.classifier.labels)
 
@@ -110,25 +99,34 @@ class Shadow:
         self.metrics.queued.set(self._queue.qsize())
 
     async def start(self) -> None:
+        """Spawn the reading process and wait until its model is loaded, then start the worker."""
         if self.task is not None:
             return
-        self._executor = ThreadPoolExecutor(
-            self.threads, thread_name_prefix=THREAD_NAME, initializer=_shadow_thread
-        )
-        self.task = asyncio.create_task(self._run(), name="moderator-shadow")
+        await self._spawn()
+        self.task = asyncio.create_task(self._work(), name="moderator-shadow")
 
     async def stop(self) -> None:
         task, self.task = self.task, None
         await cancel(task)
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        await self._end_process()
 
-    async def _run(self) -> None:
-        await asyncio.gather(*(self._work() for _ in range(self.threads)))
+    async def _spawn(self) -> None:
+        self._process = process.reading_process(
+            self.reader.classifier.model_dir,
+            threads=self.threads,
+            max_windows=self.reader.windows.max_windows,
+            warm=self.max_batch,
+        )
+        await asyncio.get_running_loop().run_in_executor(self._process, process.pid)
+
+    async def _end_process(self) -> None:
+        """Shut the child down; a batch it is reading finishes first (off the event loop)."""
+        pool, self._process = self._process, None
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
     async def _work(self) -> None:
-        """Take what waits (a batch at most), read it on a shadow thread, compare and send."""
+        """Take what waits (a batch at most), read it in the shadow's process, compare and send."""
         running = asyncio.get_running_loop()
         while True:
             batch = [await self._queue.get()]
@@ -136,11 +134,22 @@ class Shadow:
                 batch.append(self._queue.get_nowait())
             self.metrics.queued.set(self._queue.qsize())
             reader = self.reader
+            items = [(item.policy, item.chat.text) for item in batch]
+            model_dir = reader.classifier.model_dir
             try:
-                judged = await running.run_in_executor(self._executor, read, reader, batch)
+                if self._process is None:  # the last child died: a new one for this batch
+                    await self._spawn()
+                judged = await running.run_in_executor(
+                    self._process, process.read_in_child, model_dir, items
+                )
+            except BrokenProcessPool:
+                self.metrics.skipped.inc(len(batch))
+                self._warn("the shadow model's process ended; a new one reads the next batch")
+                await self._end_process()
+                continue
             except Exception:  # noqa: BLE001 - a broken shadow is counted, never the primary's end
                 self.metrics.skipped.inc(len(batch))
-                self._warn()
+                self._warn(f"the shadow model {self.model} failed on a batch (skipped)")
                 continue
             for primary, shadow in zip(batch, judged, strict=True):
                 await self._compared(primary, shadow, reader.classifier.info.ident)
@@ -176,24 +185,24 @@ class Shadow:
         else:
             self.metrics.records_sent.inc()
 
-    def _warn(self) -> None:
+    def _warn(self, message: str) -> None:
         now = time.monotonic()
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
-            log.exception("the shadow model %s failed on a batch (skipped)", self.model)
+            log.exception(message)
 
 
 async def shadow_for(settings: Settings, metrics: ShadowMetrics, producer: Sender) -> Shadow | None:
-    """The shadow `MODERATOR_SHADOW_MODEL` names, loaded and warmed on a thread; None if unset."""
+    """The shadow `MODERATOR_SHADOW_MODEL` names, loaded on a thread (its manifest and graph
+    checked before the service starts; rollouts name it by it), None if unset; the child process
+    `start()` spawns reads with its own copy."""
     s = settings
     if s.shadow_model is None:
         return None
 
     def load() -> Reader:
         assert s.shadow_model is not None
-        classifier = Classifier(s.shadow_model, threads=1)
-        classifier.warm_up(s.max_batch)
-        return reader_for(classifier, max_windows=s.max_windows)
+        return reader_for(Classifier(s.shadow_model, threads=1), max_windows=s.max_windows)
 
     reader = await asyncio.to_thread(load)
     if s.shadow_topic:  # kept RETENTION_DAYS; a broker that refuses may have it all the same

@@ -5,6 +5,8 @@ metrics, and the section spliced into an existing report."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +48,21 @@ def test_a_figure_above_the_reference_range_is_affected_below_or_within_is_not()
     assert pairs.unaffected(20.0, None) is None
 
 
-def test_the_shadows_threads_are_a_cpu_role_of_their_own() -> None:
-    def role(tid: int, name: str) -> str:
-        return cpu.role_of(100, tid, name, moderators=[100], broker=200)
+def test_the_shadows_process_is_a_cpu_role_of_its_own() -> None:
+    def role(pid: int, tid: int, name: str) -> str:
+        return cpu.role_of(pid, tid, name, moderators=[100], broker=200, shadows=[300])
 
-    assert role(101, scorer.THREAD_NAME) == cpu.SHADOW
-    assert role(100, scorer.THREAD_NAME) == "event loop"
-    assert role(102, "scorer") == "scorer"
+    assert role(300, 300, scorer.THREAD_NAME) == cpu.SHADOW
+    assert role(300, 301, "python") == cpu.SHADOW, "every thread of the child"
+    assert role(100, 100, scorer.THREAD_NAME) == "event loop"
+    assert role(100, 102, "scorer") == "scorer"
+    assert role(400, 400, "python") == "load generator"
+    with subprocess.Popen(["sleep", "30"]) as child:
+        try:
+            assert child.pid in cpu.children([os.getpid()])
+            assert child.pid not in cpu.children([child.pid])
+        finally:
+            child.kill()
     with_shadow = cpu.per_message_ms({"event loop": 0.1, "scorer": 0.2, cpu.SHADOW: 0.3}, 100)
     assert with_shadow[cpu.SHADOW] == pytest.approx(3.0)
     assert with_shadow["total"] == pytest.approx(6.0)

@@ -8,6 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -34,7 +38,7 @@ from moderator.shadow.scorer import THREAD_NAME, Shadow, read
 from moderator.threads import LOWEST
 from tests.contract import check_shadow
 from tests.unit.test_pipeline import Record, message, old_message
-from tests.waiting import eventually
+from tests.waiting import eventually, eventually_blocking
 
 # Real chat lines on which the candidate agrees with the primary on some and not on others (the
 # tests check that they do both): friendly profanity, insults, a threat, Spanish.
@@ -235,39 +239,75 @@ async def test_a_full_queue_sheds_and_counts_what_it_skipped(
     )
 
 
-def thread_names() -> list[str]:
-    return [(t / "comm").read_text().strip() for t in Path("/proc/self/task").iterdir()]
+def children(name: str) -> list[int]:
+    """This process's child processes the OS knows as `name` (/proc's stat: comm and ppid)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if comm == name and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+            out.append(int(proc.name))
+    return out
 
 
-def priorities(name: str) -> list[tuple[int, int]]:
-    """(niceness, scheduling class) of each of this process's threads named `name` (/proc's
-    stat, field 19, and the kernel's own answer)."""
-    tasks = [
-        t for t in Path("/proc/self/task").iterdir() if (t / "comm").read_text().strip() == name
-    ]
+def priorities(pid: int) -> list[tuple[int, int]]:
+    """(niceness, scheduling class) of each thread of process `pid` (/proc's stat, field 19, and
+    the kernel's own answer)."""
     return [
         (
             int((t / "stat").read_text().rsplit(")", 1)[1].split()[16]),
             os.sched_getscheduler(int(t.name)),
         )
-        for t in tasks
+        for t in Path(f"/proc/{pid}/task").iterdir()
     ]
 
 
-async def test_the_shadows_threads_are_named_for_the_os_and_yield_the_cpu(
+async def test_the_shadow_reads_in_a_process_of_its_own_named_for_the_os_that_yields_the_cpu(
     reader: Reader, candidate: Reader, started: list[Shadow]
 ) -> None:
-    """`top -H` and the shadow benchmark's CPU split tell its threads from the primary's."""
+    """`top` and the shadow benchmark's CPU split tell it from the primary, and none of its
+    threads (ONNX Runtime's pool of two included) takes a core or the GIL from the primary's."""
     metrics = Metrics().shadow
     shadow = Shadow(candidate, metrics, producer=None, topic="", queue_size=10, threads=2)
+    assert children(THREAD_NAME) == []
     started.append(shadow)
     await shadow.start()
     shadow.offer(primaries(reader, Policy.load(), TEXTS[:4]))
     await eventually(lambda: sum(counted(metrics, "decisions", "label").values()) == 4, "4 read")
-    assert 1 <= thread_names().count(THREAD_NAME) <= 2, "1 or 2, as the reads overlapped"
-    assert set(priorities(THREAD_NAME)) == {(LOWEST, os.SCHED_IDLE)}, (
-        "the shadow waits, not the primary"
-    )
+    [child] = children(THREAD_NAME)
+    threads = priorities(child)
+    assert len(threads) >= 2, "ONNX Runtime's pool of two, at least"
+    assert set(threads) == {(LOWEST, os.SCHED_IDLE)}, "the shadow waits, not the primary"
+    assert all(t.name != THREAD_NAME for t in threading.enumerate()), "none in this process"
+    await shadow.stop()
+    await eventually(lambda: children(THREAD_NAME) == [], "the child ended with the shadow")
+
+
+async def test_a_shadow_whose_process_dies_reads_again_in_a_new_one(
+    reader: Reader, candidate: Reader, started: list[Shadow], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child killed (the OOM killer, an operator) costs skipped comparisons, never the shadow."""
+    metrics = Metrics().shadow
+    shadow = Shadow(candidate, metrics, producer=None, topic="", queue_size=100, max_batch=2)
+    started.append(shadow)
+    await shadow.start()
+    items = primaries(reader, Policy.load(), TEXTS[:4])
+    shadow.offer(items[:2])
+    await eventually(lambda: sum(counted(metrics, "decisions", "label").values()) == 2, "read")
+    [first] = children(THREAD_NAME)
+    os.kill(first, signal.SIGKILL)
+    await eventually(lambda: children(THREAD_NAME) == [], "the child is gone")
+    shadow.offer(items[2:3])  # read by the dead pool: skipped
+    await eventually(lambda: value(metrics, "skipped_total") == 1, "the batch skipped")
+    shadow.offer(items[3:])
+    await eventually(lambda: sum(counted(metrics, "decisions", "label").values()) == 3, "read")
+    assert children(THREAD_NAME) not in ([], [first]), "a new child read it"
+    assert "process ended" in caplog.text
+    assert shadow.task is not None
+    assert not shadow.task.done()
 
 
 async def test_pairs_are_counted_and_each_disagreement_handed_to_the_producer(
@@ -466,3 +506,30 @@ def primary_of(decision: dict[str, Any], text: str) -> Primary:
     return Primary(
         chat, Policy.load(), decision["model"], ruling, decision["scores"], decision.get("language")
     )
+
+
+ORPHAN = """
+import os, signal, sys
+from pathlib import Path
+from moderator.shadow import process
+if __name__ == "__main__":
+    pool = process.reading_process(Path(sys.argv[1]), threads=1, max_windows=4, warm=1)
+    print(pool.submit(process.pid).result(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_shadows_process_dies_with_a_moderator_killed_with_sigkill(
+    candidate: Reader, tmp_path: Path
+) -> None:
+    """No orphan keeps a model's memory after its moderator is killed (chaos, the OOM killer)."""
+    script = tmp_path / "killed.py"
+    script.write_text(ORPHAN)
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
+    run = subprocess.run(
+        [sys.executable, str(script), str(candidate.classifier.model_dir)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    child = int(run.stdout)
+    eventually_blocking(lambda: not Path(f"/proc/{child}").exists(), "the child died with it")
