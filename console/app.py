@@ -46,9 +46,11 @@ from console.claims import PENDING_MARGIN_MS, Claims
 from console.config import ConsoleSettings, token_matches
 from console.csrf import CsrfGuard, renew, session_token
 from console.feed import Feed
+from console.history import History
 from console.metrics import metrics
 from console.overrides import OverrideDesk, Refused, verdict_scope
 from console.records import VERDICTS, Verdict, now_ms
+from console.users_panel import UserPanel
 
 log = logging.getLogger(__name__)
 
@@ -375,9 +377,12 @@ def create_app(
 ) -> Starlette:
     console = Console(settings, board, feed, claims, overrides)
     own = overrides.routes(console.identity) if overrides is not None else []
+    history = History(board, claims.redis, claims.prefix)  # the pages beyond the board's
+    users = UserPanel(board.recent, claims.redis)  # reads the moderator's keys, never writes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        history.start()  # before the feed: the topics' replay is written too
         await feed.start()
         if overrides is not None:
             await overrides.start()
@@ -390,6 +395,7 @@ def create_app(
             if overrides is not None:
                 await overrides.stop()
             await feed.stop()
+            await history.stop()
             await claims.close()
 
     return Starlette(
@@ -405,6 +411,8 @@ def create_app(
             Route("/api/verdict", console.verdict, methods=["POST"]),
             Route("/api/undo", console.undo, methods=["POST"]),
             *bulk_routes(console),  # several items at once, answered per id
+            *history.routes(console.identity),  # /api/history: the older pages, from Redis
+            *users.routes(console.identity),  # /api/user: the user panel
             *own,  # /api/overrides: the list, and revoking one
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
         ],

@@ -14,16 +14,25 @@ disagreements are kept here too (console/disagreements.py), joined with the revi
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from bisect import insort
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from console.disagreements import Disagreements
+from console.recent import RecentByUser
 from console.records import VERDICTS, Decision, Verdict, now_ms
 
 Listener = Callable[[str, dict[str, Any]], None]
+ABOUT = ("channel_id", "user_id", "text")  # what a history entry keeps of its review record
 MINUTE_MS = 60_000
 TOP_CHANNELS = 5
+
+
+def history_key(verdict: Verdict) -> str:
+    """A history entry's key, the same in every console: its time first, so keys sort as the
+    entries were decided (what pages the history, here and in Redis)."""
+    return f"{verdict.at_ms:013d}:{verdict.message_id}:{verdict.moderator_id}"
 
 
 class Board:
@@ -43,9 +52,13 @@ class Board:
         self.first: dict[str, Verdict] = {}  # the verdict that decided each message
         self.held_back: dict[str, dict[str, Any]] = {}  # items whose verdict waits out its grace
         self.labels: dict[str, str] = {}  # the label that held each message seen on the topic
-        self.finals: set[str] = set()  # messages with a final decision on the decision topic
+        # messages with a final decision on the decision topic: its action and reason
+        self.finals: dict[str, tuple[str, str | None]] = {}
         self.claims: dict[str, dict[str, Any]] = {}  # message_id -> {moderator_id, until_ms}
-        self.history: deque[dict[str, Any]] = deque(maxlen=history_size)
+        # the newest `history_size` entries by their key (console/history.py has the older ones),
+        # oldest first: records read from two partitions arrive in no order
+        self.history_size = history_size
+        self.history: list[dict[str, Any]] = []
         self.agreement: Counter[tuple[str, str]] = Counter()  # (label, verdict) of decided ones
         self.minutes: dict[int, Counter[str]] = {}  # minute start -> action (or "final") counts
         self.flagged: dict[int, Counter[str]] = {}  # minute start -> channel -> non-allow count
@@ -53,6 +66,7 @@ class Board:
         self.listeners: list[Listener] = []
         # the shadow's disagreements, joined with the reviews and first verdicts above (0: off)
         self.disagreements = Disagreements(disagreements_kept, self.first)
+        self.recent = RecentByUser()  # each user's newest held messages, for the user panel
 
     def _emit(self, event: str, data: dict[str, Any]) -> None:
         for listener in list(self.listeners):
@@ -67,9 +81,15 @@ class Board:
     def add_review(self, item: dict[str, Any]) -> None:
         message_id = item["message_id"]
         self.labels[message_id] = item["label"]
+        self.recent.add_review(item)
+        if message_id in self.first:  # its verdict or final decision was read first
+            self.recent.add_verdict(self.first[message_id])
+        if message_id in self.finals:
+            self.recent.add_final(message_id, *self.finals[message_id])
         self._changed(self.disagreements.add_review(item))
         if message_id in self.first:  # its verdict was read first (another topic, another pace)
             self._count(message_id, self.first[message_id])
+            self._reviewed(item)
             return
         if message_id in self.finals or message_id in self.items:
             return
@@ -81,10 +101,12 @@ class Board:
 
     def add_verdict(self, verdict: Verdict) -> None:
         message_id = verdict.message_id
+        held = self.items.get(message_id) or self.held_back.get(message_id)  # before it leaves
         first = self.first.get(message_id)
         if first is None:
             kind = "decided"
             self.first[message_id] = verdict
+            self.recent.add_verdict(verdict)
             self.held_back.pop(message_id, None)
             self._count(message_id, verdict)
             self._gone(message_id, verdict=verdict._asdict())
@@ -96,9 +118,22 @@ class Board:
             "kind": kind,
             "label": self.labels.get(message_id),
             "decided_by": self.first[message_id].moderator_id,
+            "key": history_key(verdict),
+            **{field: held[field] if held else None for field in ABOUT},
         }
-        self.history.append(entry)
+        insort(self.history, entry, key=lambda e: str(e["key"]))
+        if len(self.history) > self.history_size:
+            del self.history[0]
         self._emit("verdict", entry)
+
+    def _reviewed(self, item: dict[str, Any]) -> None:
+        """A review record read after its verdict: the entries on it get its text and user, and
+        the history store (console/history.py) hears of it (`reviewed`), for the older pages."""
+        about = {field: item[field] for field in ABOUT}
+        for entry in self.history:
+            if entry["message_id"] == item["message_id"]:
+                entry.update(about)
+        self._emit("reviewed", {"message_id": item["message_id"], **about})
 
     def hold_back(self, verdict: Verdict) -> None:
         """`verdict` waits out its undo grace here: its item leaves this console's pages now."""
@@ -123,7 +158,8 @@ class Board:
             if decision.action != "allow":
                 self.flagged.setdefault(minute, Counter())[decision.channel_id] += 1
         if decision.final:
-            self.finals.add(decision.message_id)
+            self.finals[decision.message_id] = (decision.action, decision.reason)
+            self.recent.add_final(decision.message_id, decision.action, decision.reason)
             self.held_back.pop(decision.message_id, None)
             if decision.message_id in self.items:
                 self._gone(decision.message_id, final={"action": decision.action,

@@ -64,7 +64,7 @@ function card(item) {
   li.tabIndex = -1;
   const head = el("div", "head");
   head.append(pickBox(item), // bulk.js: ticked for a bulk verdict
-    el("span", "channel", `#${item.channel_id}`), el("span", "user", item.user_id),
+    el("span", "channel", `#${item.channel_id}`), userButton(item.user_id), // users.js
     el("span", `label label-${item.label}`, item.reason || item.label),
   );
   if (item.severity) head.append(el("span", "severity", item.severity));
@@ -334,18 +334,6 @@ function sent({ outcome, verdict }) {
 
 // -- history and overview ----------------------------------------------------------------------
 
-function addHistory(entry) {
-  state.history.push(entry);
-  const row = el("tr", `kind-${entry.kind}`);
-  const verdict = entry.kind === "decided" ? entry.verdict
-    : `${entry.verdict} (late; ${entry.decided_by} was first)`;
-  row.append(el("td", "", clock(entry.at_ms)), el("td", "", entry.moderator_id),
-    el("td", "", entry.message_id), el("td", `verdict-${entry.verdict}`, verdict),
-    el("td", "", entry.reason || ""));
-  $("#history tbody").prepend(row);
-  while ($("#history tbody").rows.length > 200) $("#history tbody").lastChild.remove();
-}
-
 function table(head, rows, cls) {
   const t = el("table", cls);
   const tr = el("tr");
@@ -415,9 +403,7 @@ function connect() {
       $("#queue").replaceChildren();
       snap.items.sort((x, y) => x.held_at_ms - y.held_at_ms).forEach(insertCard);
     });
-    $("#history tbody").replaceChildren();
-    state.history = [];
-    snap.history.forEach(addHistory);
+    showHistory(snap.history); // history.js
     state.stream = "open";
     state.status = snap.status;
     showStatus();
@@ -539,10 +525,12 @@ document.addEventListener("keydown", (e) => {
     return;
   }
   if (e.ctrlKey || e.metaKey || e.altKey || !state.me) return;
+  if (document.querySelector("dialog[open]")) return; // a dialog's keys are its own (Esc closes)
   if (VIEW_KEYS[e.key]) { showView(VIEW_KEYS[e.key], true); e.preventDefault(); return; }
   if (views.shown !== "queue" && e.key !== "u" && e.key !== "?") return; // queue keys: its view only
   if (queueKey(e.key)) { e.preventDefault(); return; } // queue.js: order, compact, text filter
   if (bulkKey(e.key)) { e.preventDefault(); return; } // bulk.js: tick, all shown, Shift+a/n/b
+  if (userKey(e.key, state.items.get(state.selected))) { e.preventDefault(); return; } // users.js
   const id = state.selected, li = cardOf(id);
   if (li && ON_CARD.has(e.key) && !inView(li)) {
     // Never act on a card the moderator cannot see (scrolled away): show it, act on the next press.
@@ -568,6 +556,7 @@ async function boot() {
   bindViews();
   bindQueueControls(); // queue.js
   bindBulk(); // bulk.js
+  bindHistory(); // history.js
   if (!session.moderator_id) {
     $("#login").hidden = false;
     $("#login-form").hidden = !session.token_login;

@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from console.board import MINUTE_MS, Board
+from console.recent import RecentByUser
 from console.records import (
     BadRecord,
     Decision,
@@ -200,3 +201,53 @@ def test_a_review_record_keeps_the_deadline_and_fallback_its_policy_gave_it() ->
     assert item["review_fallback"] == "nudge"
     for odd in ({}, {"review_fallback": ""}, {"review_fallback": 3}):
         assert review("m-2", **odd)["review_fallback"] is None  # shown without "then …"
+
+
+def test_the_history_keeps_the_newest_entries_by_time_whatever_order_they_are_read_in() -> None:
+    b = Board(undo_grace_s=0, overview_minutes=15, history_size=3, clock=lambda: NOW)
+    for at in (5, 1, 4, 2, 3):  # two partitions: read in no order of time
+        b.add_verdict(verdict(f"m-{at}", at=NOW + at))
+    assert [e["message_id"] for e in b.history] == ["m-3", "m-4", "m-5"]
+
+
+def test_a_history_entry_has_its_review_records_user_and_text_whichever_is_read_first(
+    board: Any,
+) -> None:
+    b, events = board
+    b.add_review(review("m-1", user_id="u-1", text="first"))
+    b.add_verdict(verdict("m-1"))  # decided while it waited
+    b.add_verdict(verdict("m-9", at=NOW + 1))  # its review record comes after it
+    assert b.history[-1]["text"] is None
+    b.add_review(review("m-9", user_id="u-9", text="later"))
+    assert [(e["user_id"], e["text"]) for e in b.history] == [("u-1", "first"), ("u-9", "later")]
+    assert events[-1] == ("reviewed", {"message_id": "m-9", "channel_id": "c", "user_id": "u-9",
+                                       "text": "later"})  # fmt: skip
+
+
+def test_the_user_panel_keeps_each_users_newest_messages_with_what_became_of_them(
+    board: Any,
+) -> None:
+    b, _ = board
+    b.add_verdict(verdict("m-1", "nudge", who="bob"))  # read before its review record
+    b.add_decision(Decision("m-2", "c", "allow", True, "review_timeout", NOW))
+    for i in (1, 2, 3):
+        b.add_review(review(f"m-{i}", user_id="u-1", held_at_ms=NOW + i))
+    b.add_review(review("m-9", user_id="u-9"))
+    recent = b.recent.recent("u-1")
+    assert [r["message_id"] for r in recent] == ["m-3", "m-2", "m-1"]  # newest first
+    assert recent[2]["verdict"]["moderator_id"] == "bob"
+    assert recent[1]["final"] == {"action": "allow", "reason": "review_timeout"}
+    assert (recent[0]["verdict"], recent[0]["final"]) == (None, None)  # still waiting
+
+
+def test_the_user_panels_memory_is_bounded_per_user_and_in_users() -> None:
+    recent = RecentByUser(per_user=2, users=2)
+    for n, user in enumerate(["u-1", "u-1", "u-1"]):
+        recent.add_review({"message_id": f"m-{n}", "user_id": user, "held_at_ms": n})
+    assert [r["message_id"] for r in recent.recent("u-1")] == ["m-2", "m-1"]  # the newest 2
+    for n, user in ((3, "u-2"), (4, "u-3")):
+        recent.add_review({"message_id": f"m-{n}", "user_id": user, "held_at_ms": n})
+    assert recent.recent("u-1") == []  # the user seen longest ago, forgotten
+    assert [r["message_id"] for r in recent.recent("u-3")] == ["m-4"]
+    recent.add_verdict(verdict("m-0"))  # forgotten: nothing kept for it
+    assert [r["message_id"] for r in recent.recent("u-2")] == ["m-3"]
