@@ -27,6 +27,7 @@ from typing import IO, Self
 from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.embedded import TANSU_FETCH_MAX_WAIT_MS, terminate
+from moderator.workers import SUPERVISED_FLAG
 
 METRICS_LINE = re.compile(r"metrics\s+http://\S+:(\d+)/metrics")
 READY_TIMEOUT_S = 120.0
@@ -169,12 +170,13 @@ class ModeratorChild:
         return self._proc is not None and self._proc.poll() is None
 
     def worker_pids(self) -> list[int]:
-        """The processes that moderate: the workers of a `--workers` supervisor, or itself."""
+        """The processes that moderate: the workers of a `--workers` supervisor (children whose
+        command line is marked supervised), or itself (a child of its is its shadow model's)."""
         found: list[int] = []
         with contextlib.suppress(OSError):
             for task in Path(f"/proc/{self.pid}/task").iterdir():
                 found.extend(int(p) for p in (task / "children").read_text().split())
-        return sorted(found) or [self.pid]
+        return sorted(pid for pid in found if _supervised(pid)) or [self.pid]
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
@@ -310,3 +312,12 @@ def read_status_kb(pid: int, fields: Sequence[str] = ("VmRSS", "VmHWM")) -> dict
             if name in fields:
                 out[name] = int(rest.split()[0])
     return out
+
+
+def _supervised(pid: int) -> bool:
+    """Whether process `pid` is a supervisor's worker (moderator/workers.py marks its argv)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return SUPERVISED_FLAG.encode() in argv
