@@ -4,6 +4,7 @@
 
 const VERDICTS = ["allow", "nudge", "block"];
 const KEYS = { a: "allow", n: "nudge", b: "block" };
+const MAX_TOASTS = 4; // plain toasts shown at once
 const ON_CARD = new Set(["c", "r", ...Object.keys(KEYS)]); // keys that act on the selected card
 const state = {
   me: null, csrf: null, items: new Map(), claims: new Map(), history: [], status: {},
@@ -35,6 +36,10 @@ function toast(text, kind, actions) {
     box.append(button);
   }
   $("#toasts").append(box);
+  // A few at a time (another moderator's bulk verdict tells of each card): the oldest plain
+  // ones go first; those offering Undo stay for their grace.
+  const plain = [...$("#toasts").children].filter((b) => !b.classList.contains("undo"));
+  while (plain.length > MAX_TOASTS) plain.shift().remove();
   setTimeout(() => box.remove(), actions && actions.length ? state.grace : 6000);
   return box;
 }

@@ -26,6 +26,7 @@ from tests.integration.console_browser import (
     produce,
     read_until,
     review_record,
+    screenshot,
     selected,
     wait_for,
 )
@@ -101,6 +102,7 @@ def test_select_all_shown_follows_the_filters_and_a_card_claimed_by_another_is_r
         pick_all.click()
         wait_for(alice, lambda b: ticked(b) == ["m-1", "m-2", "m-3"], "the three shown ticked")
         assert alice.find_element(By.ID, "picked-count").text == "3 selected"
+        screenshot(alice, "console-bulk.png")
         alice.find_element(By.ID, "bulk-block").click()
         # m-2 is bob's: refused and named; the other two leave alice's queue and go out.
         wait_for(alice, lambda b: "m-2 (bob is on it)" in toasts(b), "the refusal, named")

@@ -25,6 +25,7 @@ from tests.integration.console_browser import (
     logged_in,
     produce,
     review_record,
+    screenshot,
     until,
     wait_for,
 )
@@ -88,6 +89,8 @@ def test_the_history_names_user_text_and_moderator_and_pages_back_past_the_newes
         ])  # fmt: skip
         newest = [expected(i) for i in reversed(range(DECIDED))]
         wait_for(alice, lambda b: rows(b) == newest[:LIVE], "the newest 200, newest first")
+        # Bob's 140 decisions told of a few at a time, not a column of toasts over the page.
+        assert 0 < len(alice.find_elements(By.CSS_SELECTOR, "#toasts > .toast")) <= 4
         store = redis.Redis.from_url(redis_server.url)
         key = f"{PREFIX}{topics.verdicts}:history"
         until(lambda: store.zcard(key) == DECIDED, "every entry written to Redis")
@@ -105,3 +108,5 @@ def test_the_history_names_user_text_and_moderator_and_pages_back_past_the_newes
         assert rows(alice) == newest
         assert not alice.find_element(By.ID, "history-older").is_displayed()
         assert alice.find_element(By.ID, "history-count").text == f"{DECIDED} entries shown"
+        alice.execute_script("document.getElementById('history-end').scrollIntoView(false)")
+        screenshot(alice, "console-history-older.png")

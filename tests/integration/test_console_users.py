@@ -30,6 +30,7 @@ from tests.integration.console_browser import (
     press,
     produce,
     review_record,
+    screenshot,
     wait_for,
 )
 
@@ -133,6 +134,7 @@ def test_the_user_panel_shows_recent_messages_outcomes_strikes_and_mute_by_click
             [f"{user}-a1", "#speedrun", "first insult", "block by bob (repeat offender)"],
         ]
         assert shown["state"].startswith("2 strikes · muted in #lobby until ")
+        screenshot(alice, "console-user-panel.png")
         press(alice, Keys.ESCAPE)
         wait_for(alice, lambda b: not panel(b)["open"], "Esc closes it")
         assert alice.switch_to.active_element == name, "the focus is back on the name"

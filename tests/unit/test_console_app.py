@@ -331,3 +331,43 @@ def test_settings_come_from_the_consoles_variables(tmp_path: Path) -> None:
     tokens.write_text("carol\n")
     with pytest.raises(ConfigError, match="line 1"):
         ConsoleSettings(tokens_file=str(tokens)).logins()
+
+
+def test_a_bulk_verdict_is_answered_per_id_by_the_one_item_rules(board: Board) -> None:
+    feed = TopicFeed(board, echo=False)
+    alice, bob = two(board, feed)
+    a, b = logged_in(alice, "alice-token-1"), logged_in(bob, "bob-token-22")
+    assert act(bob, b, "/api/claim", message_id="m-2").status_code == 200  # bob's
+    assert act(alice, a, "/api/bulk/verdict", message_ids=[], verdict="block").status_code == 400
+    assert act(alice, a, "/api/bulk/verdict", message_ids=["m-1"], verdict="ban").status_code == 400
+    assert act(alice, "forged", "/api/bulk/verdict", message_ids=["m-1"],
+               verdict="block").status_code == 403  # fmt: skip
+    reply = act(alice, a, "/api/bulk/verdict", message_ids=["m-1", "m-2", "m-9", "m-1"],
+                verdict="block", reason="raid")  # fmt: skip
+    assert reply.status_code == 200
+    results = reply.json()["results"]
+    assert [(r["message_id"], r["status"]) for r in results] == [
+        ("m-1", 200), ("m-2", 409), ("m-9", 404)]  # fmt: skip
+    assert results[1]["error"] == "claimed"
+    assert results[1]["claim"]["moderator_id"] == "bob"
+    assert reply.json()["done"] == ["m-1"]
+    assert [(v.message_id, v.moderator_id, v.reason) for v in feed.sent] == [
+        ("m-1", "alice", "raid")]  # fmt: skip
+    assert "m-2" in board.items  # bob's claim: never acted on
+
+
+def test_one_bulk_undo_takes_back_every_verdict_of_the_batch_in_its_grace(board: Board) -> None:
+    feed = TopicFeed(board, echo=False)
+    alice, bob = two(board, feed, undo_grace_s=30)
+    with alice, bob:
+        a, b = logged_in(alice, "alice-token-1"), logged_in(bob, "bob-token-22")
+        ids = ["m-1", "m-2"]
+        taken = act(alice, a, "/api/bulk/verdict", message_ids=ids, verdict="nudge")
+        assert taken.json()["done"] == ids
+        assert board.items == {}  # held back: off every page for the grace
+        refused = act(bob, b, "/api/bulk/undo", message_ids=ids)  # not bob's to undo
+        assert [r["status"] for r in refused.json()["results"]] == [409, 409]
+        undone = act(alice, a, "/api/bulk/undo", message_ids=ids)
+        assert undone.json()["done"] == ids
+        assert sorted(board.items) == ids
+    assert feed.sent == []
