@@ -67,7 +67,10 @@ def _build(args: argparse.Namespace) -> int:
         _say(f"  moderators' verdicts: {verdicts_info['lines']} lines from {args.verdicts}")
     files = f"{corpus.TRAIN_FILE.name} + {len(real_train)} real lines"
     _say(f"[2/5] training ({files})")
-    result = train.train(real_train, train.TrainConfig(encoder=args.encoder), progress=_say)
+    # Checkpoints beside the model: a build stopped in training resumes there when run again.
+    checkpoints = final.with_name(final.name + ".checkpoints")
+    cfg = train.TrainConfig(encoder=args.encoder)
+    result = train.train(real_train, cfg, progress=_say, checkpoints=checkpoints)
     # The weights, kept beside the model so a failure after training never costs a retrain.
     train.save(result.module, final.with_name(final.name + ".weights.pt"))
     _say(f"[3/5] exporting to {final} (ONNX, fusions, int8)")

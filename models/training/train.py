@@ -7,7 +7,8 @@ where pretraining put them). A frozen-embedding head was tried as a second candi
 builds and always lost on held-out text (selection score 0.73 vs 0.84), so it is gone.
 Targets may be soft (a teacher's probability), so real text labelled by distillation and
 template lines with 0/1 labels share one loss. All text goes through
-moderator.normalize.normalize_text first, as at serving time.
+moderator.normalize.normalize_text first, as at serving time. A build's training saves its
+state as it goes and a stopped one resumes there (models/training/resume.py).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import numpy as np
 import numpy.typing as npt
 
 from models.lines import corpus
-from models.training import encoders
+from models.training import encoders, resume
 from models.training.metrics import f1_counts
+from models.training.resume import Checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -181,9 +183,15 @@ def predict(module: Any, ids: Sequence[Sequence[int]], batch_size: int = 64) -> 
 
 
 def train_finetune(
-    ids: Sequence[Sequence[int]], targets: Any, cfg: TrainConfig, progress: Callable[[str], None]
+    ids: Sequence[Sequence[int]],
+    targets: Any,
+    cfg: TrainConfig,
+    progress: Callable[[str], None],
+    checkpoint: Checkpoint | None = None,
 ) -> Any:
-    """Candidate 2: fine-tune the encoder (word embeddings frozen) with the head."""
+    """Candidate 2: fine-tune the encoder (word embeddings frozen) with the head; with a
+    `checkpoint`, resumed from the state an earlier run of the same recipe and data left, and
+    saved as it goes (models/training/resume.py)."""
     import torch
 
     _seed_everything(cfg.seed)
@@ -212,12 +220,24 @@ def train_finetune(
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    step = 0
+    first_epoch, skip, step, running = 0, 0, 0, 0.0
+    state = checkpoint.load() if checkpoint is not None else None
+    if state is not None:
+        module.load_state_dict(state["module"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["schedule"])
+        torch.set_rng_state(state["torch_rng"])
+        rng.setstate(state["epoch_rng"])  # the batch order is drawn again, the same
+        first_epoch, skip, step, running = (
+            state["epoch"], state["batch"], state["step"], state["running"])  # fmt: skip
+        progress(f"  resumed at step {step}/{total} from {checkpoint.path if checkpoint else ''}")
     start = time.perf_counter()
-    for epoch in range(cfg.epochs):
+    for epoch in range(first_epoch, cfg.epochs):
         module.train()
-        running = 0.0
-        for rows in _batches(ids, cfg.batch_size, rng, shuffle=True):
+        epoch_rng = rng.getstate()
+        for batch, rows in enumerate(_batches(ids, cfg.batch_size, rng, shuffle=True)):
+            if epoch == first_epoch and batch < skip:
+                continue
             x, m = pad(ids, rows)
             loss = loss_fn(module.logits(x, m), targets[rows])
             opt.zero_grad()
@@ -233,7 +253,23 @@ def train_finetune(
                     f"({time.perf_counter() - start:.0f}s)"
                 )
                 running = 0.0
+            if checkpoint is not None and checkpoint.due():
+                checkpoint.save(
+                    {
+                        "module": module.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "schedule": sched.state_dict(),
+                        "torch_rng": torch.get_rng_state(),
+                        "epoch_rng": epoch_rng,
+                        "epoch": epoch,
+                        "batch": batch + 1,
+                        "step": step,
+                        "running": running,
+                    }
+                )
         logger.info("epoch %d done after %.0fs", epoch + 1, time.perf_counter() - start)
+    if checkpoint is not None:
+        checkpoint.done()
     return module.eval()
 
 
@@ -263,6 +299,7 @@ def train(
     real: Sequence[tuple[str, Sequence[float]]] = (),
     cfg: TrainConfig | None = None,
     progress: Callable[[str], None] = print,
+    checkpoints: Path | None = None,
 ) -> TrainResult:
     """Fine-tune on train.tsv plus `real` lines (text, soft targets in LABELS order).
 
@@ -294,7 +331,10 @@ def train(
         f" {len(real)} real lines"
     )
     t0 = time.perf_counter()
-    module = train_finetune(train_ids, targets, cfg, progress)
+    checkpoint = None
+    if checkpoints is not None:  # resumable: a stopped build starts again where it was
+        checkpoint = Checkpoint(checkpoints, resume.fingerprint(train_ids, targets, cfg))
+    module = train_finetune(train_ids, targets, cfg, progress, checkpoint)
     seconds = round(time.perf_counter() - t0, 1)
     heldout = selection_score(predict(module, held_ids), gold)
     progress(f"  synthetic held-out at 0.5: {heldout} after {seconds}s")

@@ -1,0 +1,78 @@
+"""A stopped fine-tuning resumes from its checkpoint and ends with the weights of a run never
+stopped; another recipe or other data never resumes it. Real MiniLM, a few short steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from models.training import resume, train
+from models.training.resume import Checkpoint
+
+TEXTS = ["gg wp", "you are an idiot", "nice shot", "i will hurt you", "lol ok", "shut up"] * 4
+CFG = train.TrainConfig(epochs=2, batch_size=4)
+
+
+class Stop(Exception):
+    """Stands for the kill: raised right after a checkpoint was written."""
+
+
+class StopsAfter(Checkpoint):
+    """Saves after every step, and stops the run after `n` saves."""
+
+    def __init__(self, folder: Path, key: str, n: int) -> None:
+        super().__init__(folder, key, every_s=0.0)
+        self.left = n
+
+    def save(self, state: dict[str, Any]) -> None:
+        super().save(state)
+        self.left -= 1
+        if self.left == 0:
+            raise Stop
+
+
+def data() -> tuple[list[list[int]], Any]:
+    ids = train.encode_texts(TEXTS)
+    targets = torch.tensor([[float(i % 3 == 1)] for i in range(len(TEXTS))])
+    return ids, targets
+
+
+def weights(module: Any) -> dict[str, Any]:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def test_a_stopped_run_resumes_and_ends_as_one_never_stopped(tmp_path: Path) -> None:
+    ids, targets = data()
+    key = resume.fingerprint(ids, targets, CFG)
+    straight = weights(train.train_finetune(ids, targets, CFG, print))
+    with pytest.raises(Stop):  # 3 of its 12 steps, mid-first-epoch
+        train.train_finetune(ids, targets, CFG, print, StopsAfter(tmp_path, key, 3))
+    assert torch.load(tmp_path / f"train-{key}.pt", weights_only=False)["step"] == 3
+    with pytest.raises(Stop):  # 5 more: across the epoch's end
+        train.train_finetune(ids, targets, CFG, print, StopsAfter(tmp_path, key, 5))
+    said: list[str] = []
+    resumed = weights(
+        train.train_finetune(ids, targets, CFG, said.append, Checkpoint(tmp_path, key))
+    )
+    assert said == [f"  resumed at step 8/12 from {tmp_path / f'train-{key}.pt'}"]
+    assert resumed.keys() == straight.keys()
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight), "the same weights"
+    assert list(tmp_path.iterdir()) == [], "removed once training ended"
+
+
+def test_another_recipe_or_other_data_starts_afresh(tmp_path: Path) -> None:
+    ids, targets = data()
+    key = resume.fingerprint(ids, targets, CFG)
+    assert resume.fingerprint(ids, targets, train.TrainConfig(epochs=3, batch_size=4)) != key
+    assert resume.fingerprint(ids[:-1], targets[:-1], CFG) != key
+    assert resume.fingerprint(ids, 1 - targets, CFG) != key
+    with pytest.raises(Stop):
+        train.train_finetune(ids, targets, CFG, print, StopsAfter(tmp_path, key, 2))
+    other = resume.fingerprint(ids, 1 - targets, CFG)
+    said: list[str] = []
+    train.train_finetune(ids, 1 - targets, CFG, said.append, Checkpoint(tmp_path, other))
+    assert said == [], "not resumed"
+    assert list(tmp_path.iterdir()) == [], "the stale state removed, then its own at the end"
