@@ -59,6 +59,9 @@ class ShadowMetrics(Wing):
             "Messages the shadow did not compare: its queue was full, or it failed",
         )
         self.queued = f.gauge("shadow_queued", "Messages waiting for the shadow")
+        self.batches = f.counter(
+            "shadow_batches", "Batches handed to the shadow's process (compared / this: the size)"
+        )
         records = f.counter(
             "shadow_records", "Disagreement records sent (fire and forget) or failed", "result"
         )

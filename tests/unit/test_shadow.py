@@ -533,3 +533,22 @@ def test_the_shadows_process_dies_with_a_moderator_killed_with_sigkill(
     assert run.returncode == -signal.SIGKILL, run.stderr
     child = int(run.stdout)
     eventually_blocking(lambda: not Path(f"/proc/{child}").exists(), "the child died with it")
+
+
+async def test_the_worker_lingers_for_a_batch_and_stops_lingering_once_one_waits(
+    reader: Reader, candidate: Reader, started: list[Shadow]
+) -> None:
+    """At chat rates a hand-over carries several messages; a whole batch is not kept waiting."""
+    metrics = Metrics().shadow
+    shadow = Shadow(
+        candidate, metrics, producer=None, topic="", queue_size=100, max_batch=4, linger_s=3600
+    )
+    started.append(shadow)
+    await shadow.start()
+    items = primaries(reader, Policy.load(), TEXTS[:4])
+    shadow.offer(items[:1])
+    await eventually(shadow._queue.empty, "the first taken, the worker lingering")
+    shadow.offer(items[1:3])
+    shadow.offer(items[3:])  # the batch is whole: read now, not in an hour
+    await eventually(lambda: sum(counted(metrics, "decisions", "label").values()) == 4, "read")
+    assert value(metrics, "batches_total") == 1, "the four in one hand-over"
