@@ -8,6 +8,7 @@
 
 const picked = new Set(); // message ids checked for a bulk verdict
 const BULK_KEYS = { A: "allow", N: "nudge", B: "block" }; // Shift+a/n/b: the checked cards
+const DONE = { allow: "allowed", nudge: "nudged", block: "blocked" };
 
 // The card's checkbox (app.js's card() puts it first in the head).
 function pickBox(item) {
@@ -70,7 +71,7 @@ async function decideBulk(verdict) {
       `${Math.round(state.grace / 1000)} s`, "undo", [["Undo all", () => undoBulk(data.done)]]);
     box.dataset.messageIds = data.done.join(" ");
   }
-  if (refused.length) toast(`Not ${verdict}ed: ${refused.map(whyRefused).join("; ")}`, "warn");
+  if (refused.length) toast(`Not ${DONE[verdict]}: ${refused.map(whyRefused).join("; ")}`, "warn");
   showPicked();
 }
 

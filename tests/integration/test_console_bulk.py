@@ -105,7 +105,7 @@ def test_select_all_shown_follows_the_filters_and_a_card_claimed_by_another_is_r
         screenshot(alice, "console-bulk.png")
         alice.find_element(By.ID, "bulk-block").click()
         # m-2 is bob's: refused and named; the other two leave alice's queue and go out.
-        wait_for(alice, lambda b: "m-2 (bob is on it)" in toasts(b), "the refusal, named")
+        wait_for(alice, lambda b: "Not blocked: m-2 (bob is on it)" in toasts(b), "the refusal")
         wait_for(alice, lambda b: shown(b) == ["m-2"], "the two blocked leave; bob's m-2 stays")
         assert queued(kafka.bootstrap, topics.verdicts, 2) == [
             ("m-1", "block", "alice"), ("m-3", "block", "alice")]  # fmt: skip
