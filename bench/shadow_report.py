@@ -223,6 +223,21 @@ def _intro(shadow: Mapping[str, Any]) -> str:
     )
 
 
+def wait_rows(runs: Sequence[Row], rate: float) -> list[list[str]]:
+    """Per role, each arm's median time runnable with no core free, ms a decided message: where
+    a shadow in the idle class still slows the primary, this says whose threads waited."""
+    arms = ("off", *SHADOW_ARMS)
+    out = []
+    for role in (*ROLES, SHADOW):
+        cells = []
+        for arm in arms:
+            waits = [(r.get("wait_ms_per_msg") or {}).get(role) for r in runs_of(runs, rate, arm)]
+            found = spread(w for w in waits if w is not None)
+            cells.append(cpu_ms(found.median if found else None))
+        out.append([role, *cells])
+    return out
+
+
 def _rate_lines(runs: Sequence[Row], rate: float, label: str) -> list[str]:
     rows = [r for r in runs if float(r["rate"]) == round(rate, 1)]
     if not rows:
@@ -235,6 +250,9 @@ def _rate_lines(runs: Sequence[Row], rate: float, label: str) -> list[str]:
     out += table(["arm", "runs", "p50 ms", "p99 ms", "p99 within off's range",
                   "primary CPU-ms", "shadow CPU-ms", "skipped", "primary waited ms"],
                  summary_rows(runs, rate, ("off", *SHADOW_ARMS)))  # fmt: skip
+    out += ["", "Waiting for a core, ms a decided message, by role (each arm's median; the broker "
+            "and the load generator share the moderator's 2 cores):", ""]  # fmt: skip
+    out += table(["role", *(name(arm) for arm in ("off", *SHADOW_ARMS))], wait_rows(runs, rate), 1)
     out.append("")
     if slow := runs_of(runs, rate, "slow"):
         out += [f"The slow shadow at {figure(rate)} msgs/s {fell_behind(slow)}.", ""]

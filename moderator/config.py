@@ -101,7 +101,7 @@ HELP = {
     "its path, and is compared with it (never published as a decision); unset: no shadow",
     "shadow_topic": "topic of the shadow's disagreements with the primary, kept 7 days; empty: "
     "counted only",
-    "shadow_threads": "threads the shadow model scores on, besides the primary's",
+    "shadow_threads": "ONNX threads of the shadow model's own process",
     "shadow_queue": "messages waiting for the shadow, at most; past it they are skipped (counted)",
     "rollout_topic": "compacted control topic naming which model decides and which shadows it, "
     "read whole at start and followed; empty: the model settings only",

@@ -195,3 +195,14 @@ def test_a_merge_puts_the_section_and_its_targets_in_and_keeps_the_rest(tmp_path
     again = shadow_report.merge_shadow(results(), merged)
     assert again == merged, "a second merge replaces the section and the rows, adds nothing"
     assert shadow_report.merge_shadow({"shadow": None}, document) == document
+
+
+def test_whose_threads_waited_for_a_core_is_each_arms_median_by_role() -> None:
+    waits = [{"event loop": w, "broker": 3 * w, cpu.SHADOW: 2 * w} for w in (0.5, 1.0, 2.0)]
+    runs = [run(arm, i, 20.0, wait_ms_per_msg={**waits[i], **({} if arm != "off" else
+            {cpu.SHADOW: None})}) for arm in ("off", "on") for i in range(3)]  # fmt: skip
+    rows = {row[0]: row[1:] for row in shadow_report.wait_rows(runs, 50.0)}
+    assert rows["event loop"] == ["1.00", "1.00", "–"], "off, on; no slow runs"
+    assert rows["broker"] == ["3.00", "3.00", "–"]
+    assert rows[cpu.SHADOW] == ["–", "2.00", "–"]
+    assert rows["scorer"] == ["–", "–", "–"], "not recorded: no figure, not zero"
