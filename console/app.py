@@ -378,7 +378,6 @@ def create_app(
     console = Console(settings, board, feed, claims, overrides)
     own = overrides.routes(console.identity) if overrides is not None else []
     history = History(board, claims.redis, claims.prefix)  # the pages beyond the board's
-    users = UserPanel(board.recent, claims.redis)  # reads the moderator's keys, never writes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -410,9 +409,9 @@ def create_app(
             Route("/api/claim", console.claim, methods=["POST"]),
             Route("/api/verdict", console.verdict, methods=["POST"]),
             Route("/api/undo", console.undo, methods=["POST"]),
-            *bulk_routes(console),  # several items at once, answered per id
-            *history.routes(console.identity),  # /api/history: the older pages, from Redis
-            *users.routes(console.identity),  # /api/user: the user panel
+            *bulk_routes(console),  # /api/bulk/*: several items, answered per id
+            *history.routes(console.identity),  # /api/history: older pages, from Redis
+            *UserPanel(board.recent, claims.redis).routes(console.identity),  # reads, never writes
             *own,  # /api/overrides: the list, and revoking one
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
         ],
