@@ -120,7 +120,9 @@ def _build(args: argparse.Namespace) -> int:
             },
         },
     )
-    return _finish(out, final, args.report, t_start)
+    code = _finish(out, final, args.report, t_start)
+    shutil.rmtree(checkpoints, ignore_errors=True)  # built: the training state has served
+    return code
 
 
 def _finish(out: Path, final: Path, report: Path, t_start: float) -> int:

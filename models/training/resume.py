@@ -10,7 +10,9 @@ never stopped (tests/unit/test_models_resume.py).
 
 A checkpoint is keyed by a digest of the recipe and the training data (token ids and targets):
 a run with another recipe or other data never resumes a stale state; it starts afresh and
-replaces it. The file is removed once training ends.
+replaces it. When training ends its last state is saved too, and stays until the caller is done
+with it (`moderator model build` removes it once the model is in place): a build stopped after
+training (export, tuning, reports) goes straight past training when run again.
 """
 
 from __future__ import annotations

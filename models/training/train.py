@@ -231,6 +231,21 @@ def train_finetune(
         first_epoch, skip, step, running = (
             state["epoch"], state["batch"], state["step"], state["running"])  # fmt: skip
         progress(f"  resumed at step {step}/{total} from {checkpoint.path if checkpoint else ''}")
+
+    def snapshot(epoch: int, batch: int, epoch_rng: object) -> dict[str, Any]:
+        """All that decides what comes next: resumed from it, a run ends as if never stopped."""
+        return {
+            "module": module.state_dict(),
+            "optimizer": opt.state_dict(),
+            "schedule": sched.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "epoch_rng": epoch_rng,
+            "epoch": epoch,
+            "batch": batch,
+            "step": step,
+            "running": running,
+        }
+
     start = time.perf_counter()
     for epoch in range(first_epoch, cfg.epochs):
         module.train()
@@ -254,22 +269,10 @@ def train_finetune(
                 )
                 running = 0.0
             if checkpoint is not None and checkpoint.due():
-                checkpoint.save(
-                    {
-                        "module": module.state_dict(),
-                        "optimizer": opt.state_dict(),
-                        "schedule": sched.state_dict(),
-                        "torch_rng": torch.get_rng_state(),
-                        "epoch_rng": epoch_rng,
-                        "epoch": epoch,
-                        "batch": batch + 1,
-                        "step": step,
-                        "running": running,
-                    }
-                )
+                checkpoint.save(snapshot(epoch, batch + 1, epoch_rng))
         logger.info("epoch %d done after %.0fs", epoch + 1, time.perf_counter() - start)
-    if checkpoint is not None:
-        checkpoint.done()
+    if checkpoint is not None:  # trained: run again, it goes straight past (the caller ends it)
+        checkpoint.save(snapshot(cfg.epochs, 0, rng.getstate()))
     return module.eval()
 
 
