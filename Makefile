@@ -85,7 +85,8 @@ test: test-unit redis stunnel chromium examples  ## the whole test suite: the un
 screenshots: $(VENV)/.extras-$(TEST_EXTRAS) redis chromium  ## the console's browser tests, then their screenshots copied to docs/ (the README's)
 	rm -rf build/screenshots
 	$(BIN)/pytest tests/integration/test_console.py tests/integration/test_console_disagreements.py \
-		tests/integration/test_console_queue.py
+		tests/integration/test_console_queue.py tests/integration/test_console_bulk.py \
+		tests/integration/test_console_users.py tests/integration/test_console_history.py
 	cp build/screenshots/*.png docs/
 
 # MODELS_VERDICTS=FILE (`moderator verdicts export`'s): the moderators' verdicts, a train split.
