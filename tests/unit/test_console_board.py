@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from console.board import MINUTE_MS, Board
+from console.bounded import Newest
 from console.recent import RecentByUser
 from console.records import (
     BadRecord,
@@ -251,3 +252,35 @@ def test_the_user_panels_memory_is_bounded_per_user_and_in_users() -> None:
     assert [r["message_id"] for r in recent.recent("u-3")] == ["m-4"]
     recent.add_verdict(verdict("m-0"))  # forgotten: nothing kept for it
     assert [r["message_id"] for r in recent.recent("u-2")] == ["m-3"]
+
+
+def test_labels_verdicts_and_finals_are_kept_for_the_newest_messages_only() -> None:
+    b = Board(undo_grace_s=30, overview_minutes=15, kept_messages=3, clock=lambda: NOW)
+    for n in range(10):
+        b.add_review(review(f"m-{n}"))
+        b.add_verdict(verdict(f"m-{n}"))
+        b.add_decision(Decision(f"m-{n}", "c", "block", True, "verdict", NOW))
+    assert (list(b.labels), list(b.first), list(b.finals)) == ([f"m-{n}" for n in (7, 8, 9)],) * 3
+    assert b.overview()["decided"] == 10  # counted before they were forgotten
+
+
+def test_a_verdict_read_before_its_review_still_joins_while_its_message_is_kept() -> None:
+    b = Board(undo_grace_s=30, overview_minutes=15, kept_messages=2, clock=lambda: NOW)
+    b.add_verdict(verdict("m-new"))
+    b.add_verdict(verdict("m-other"))
+    b.add_review(review("m-new", reason="spam"))  # still kept: joined, not queued
+    assert b.items == {}
+    assert b.overview()["agreement"][0]["label"] == "spam"
+    b.add_verdict(verdict("m-third"))  # m-new, the oldest, goes
+    assert list(b.first) == ["m-other", "m-third"]
+
+
+def test_newest_forgets_the_key_set_longest_ago_not_the_one_read_least() -> None:
+    kept: Newest[str, int] = Newest(2)
+    kept["a"], kept["b"] = 1, 2
+    assert kept["a"] == 1
+    kept["a"] = 10  # set again: keeps its place
+    kept["c"] = 3
+    assert dict(kept) == {"b": 2, "c": 3}
+    with pytest.raises(ValueError, match="at least 1"):
+        Newest(0)
