@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
+from moderator import loop
 from moderator.config import Settings
 from moderator.decide.classifier import Classifier
 from moderator.kafka.topics import ensure_topics
 from moderator.service import Moderator
+from tests.integration.console_browser import Topics, console_process
 
 PARTITIONS = 2
 
@@ -69,3 +71,22 @@ async def moderator(settings: Settings, classifier: Classifier) -> AsyncIterator
     async with Moderator(settings, classifier=classifier) as service:
         await service.wait_ready(30)
         yield service
+
+
+# The console's browser tests (test_console_*.py) share these two; a module may define its own.
+@pytest.fixture
+def topics(kafka: EmbeddedKafka) -> Topics:
+    """Fresh review, verdict and decision topics of 2 partitions each."""
+    topics = Topics.fresh()
+    partitions = {topics.review: 2, topics.verdicts: 2, topics.decisions: 2}
+    loop.run(ensure_topics(kafka.bootstrap, partitions))
+    return topics
+
+
+@pytest.fixture
+def console(
+    kafka: EmbeddedKafka, redis_server: EmbeddedRedis, topics: Topics, tmp_path: Path
+) -> Iterator[str]:
+    """A console process following `topics`: its URL."""
+    with console_process(kafka.bootstrap, redis_server.url, topics, tmp_path) as url:
+        yield url

@@ -7,7 +7,6 @@ client other than the console's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
-from moderator import loop
-from moderator.kafka.topics import ensure_topics
 from tests.integration.console_browser import (
     Topics,
     card,
@@ -32,23 +29,6 @@ from tests.integration.console_browser import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def topics(kafka: EmbeddedKafka) -> Topics:
-    topics = Topics.fresh()
-    loop.run(
-        ensure_topics(kafka.bootstrap, {topics.review: 2, topics.verdicts: 2, topics.decisions: 2})
-    )
-    return topics
-
-
-@pytest.fixture
-def console(
-    kafka: EmbeddedKafka, redis_server: EmbeddedRedis, topics: Topics, tmp_path: Path
-) -> Iterator[str]:
-    with console_process(kafka.bootstrap, redis_server.url, topics, tmp_path) as url:
-        yield url
 
 
 def shown(browser: WebDriver) -> list[str]:

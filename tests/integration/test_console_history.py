@@ -5,9 +5,6 @@ console writes every entry it reads (console/history.py), by a click and by the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import redis
 from selenium.webdriver.common.by import By
@@ -17,11 +14,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from console.board import Board
 from console.claims import PREFIX
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
-from moderator import loop
-from moderator.kafka.topics import ensure_topics
 from tests.integration.console_browser import (
     Topics,
-    console_process,
     logged_in,
     produce,
     review_record,
@@ -36,23 +30,6 @@ LIVE = Board(undo_grace_s=0, overview_minutes=1).history_size  # what the consol
 DECIDED = LIVE + 80  # two older pages: one full (a click), one short (the keyboard)
 MODERATORS = ("alice", "bob")
 VERDICTS = ("allow", "nudge", "block")
-
-
-@pytest.fixture
-def topics(kafka: EmbeddedKafka) -> Topics:
-    topics = Topics.fresh()
-    loop.run(
-        ensure_topics(kafka.bootstrap, {topics.review: 2, topics.verdicts: 2, topics.decisions: 2})
-    )
-    return topics
-
-
-@pytest.fixture
-def console(
-    kafka: EmbeddedKafka, redis_server: EmbeddedRedis, topics: Topics, tmp_path: Path
-) -> Iterator[str]:
-    with console_process(kafka.bootstrap, redis_server.url, topics, tmp_path) as url:
-        yield url
 
 
 def rows(browser: WebDriver) -> list[list[str]]:

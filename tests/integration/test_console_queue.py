@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,9 +19,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from devstack.embedded import EmbeddedKafka, EmbeddedRedis
-from moderator import loop
-from moderator.kafka.topics import ensure_topics
+from devstack.embedded import EmbeddedKafka
 from moderator.policy.rules import Policy, read_spec
 from moderator.records import ChatMessage, Outcome
 from moderator.review.hold import encode_review, held_message
@@ -31,7 +27,6 @@ from tests.contract import check_review
 from tests.integration.console_browser import (
     Topics,
     card,
-    console_process,
     logged_in,
     press,
     produce,
@@ -46,23 +41,6 @@ from tests.integration.console_browser import (
 pytestmark = pytest.mark.integration
 
 LEFT = re.compile(r"(\d+):(\d\d) left")
-
-
-@pytest.fixture
-def topics(kafka: EmbeddedKafka) -> Topics:
-    topics = Topics.fresh()
-    loop.run(
-        ensure_topics(kafka.bootstrap, {topics.review: 2, topics.verdicts: 2, topics.decisions: 2})
-    )
-    return topics
-
-
-@pytest.fixture
-def console(
-    kafka: EmbeddedKafka, redis_server: EmbeddedRedis, topics: Topics, tmp_path: Path
-) -> Iterator[str]:
-    with console_process(kafka.bootstrap, redis_server.url, topics, tmp_path) as url:
-        yield url
 
 
 def held(

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,12 +18,10 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from devstack.embedded import EmbeddedKafka, EmbeddedRedis
 from moderator import loop
-from moderator.kafka.topics import ensure_topics
 from moderator.users.state import PREFIX, RedisState, Strike
 from tests.integration.console_browser import (
     Topics,
     card,
-    console_process,
     logged_in,
     press,
     produce,
@@ -37,23 +33,6 @@ from tests.integration.console_browser import (
 pytestmark = pytest.mark.integration
 
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture
-def topics(kafka: EmbeddedKafka) -> Topics:
-    topics = Topics.fresh()
-    loop.run(
-        ensure_topics(kafka.bootstrap, {topics.review: 2, topics.verdicts: 2, topics.decisions: 2})
-    )
-    return topics
-
-
-@pytest.fixture
-def console(
-    kafka: EmbeddedKafka, redis_server: EmbeddedRedis, topics: Topics, tmp_path: Path
-) -> Iterator[str]:
-    with console_process(kafka.bootstrap, redis_server.url, topics, tmp_path) as url:
-        yield url
 
 
 async def strike_twice(url: str, user_id: str, at_ms: int) -> dict[Any, Any]:
