@@ -49,6 +49,7 @@ from console.feed import Feed
 from console.history import History
 from console.metrics import metrics
 from console.overrides import OverrideDesk, Refused, verdict_scope
+from console.posted import posted
 from console.records import VERDICTS, Verdict, now_ms
 from console.users_panel import UserPanel
 
@@ -203,13 +204,10 @@ class Console:
     async def _action(
         self, request: Request, handle: Callable[[str, dict[str, Any]], Awaitable[Response]]
     ) -> Response:
-        who = self.identity(request)  # its CSRF token checked by CsrfGuard
-        if who is None:
-            return JSONResponse({"error": "no identity: log in first"}, status_code=401)
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            body = None
+        got = await posted(self.identity, request)  # its CSRF token checked by CsrfGuard
+        if isinstance(got, Response):
+            return got
+        who, body = got
         if not isinstance(body, dict) or not isinstance(body.get("message_id"), str):
             return JSONResponse({"error": "expected JSON with a message_id"}, status_code=400)
         return await handle(who, body)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from console.posted import posted
 
 if TYPE_CHECKING:
     from console.app import Answer, Console
@@ -51,13 +52,10 @@ async def _parsed(
     console: Console, request: Request
 ) -> tuple[str, dict[str, Any], list[str]] | Response:
     """(moderator, body, its distinct ids in order), or the 401 / 400 answer."""
-    who = console.identity(request)
-    if who is None:
-        return JSONResponse({"error": "no identity: log in first"}, status_code=401)
-    try:
-        body = orjson.loads(await request.body())
-    except orjson.JSONDecodeError:
-        body = None
+    got = await posted(console.identity, request)
+    if isinstance(got, Response):
+        return got
+    who, body = got
     ids = body.get("message_ids") if isinstance(body, dict) else None
     if (
         not isinstance(body, dict)

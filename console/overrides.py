@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from console.board import Board
 from console.feed import Feed
+from console.posted import posted
 from console.records import SCOPES, Verdict
 from moderator.kafka.compacted import record_key
 from moderator.kafka.connect import stop_within
@@ -198,13 +199,10 @@ class OverrideDesk:
 
     async def revoke(self, request: Request) -> Response:
         """Revoke the override a `key` names (its CSRF token checked by CsrfGuard)."""
-        who = self.identity(request)
-        if who is None:
-            return JSONResponse({"error": "no identity: log in first"}, status_code=401)
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            body = None
+        got = await posted(self.identity, request)  # its CSRF token checked by CsrfGuard
+        if isinstance(got, Response):
+            return got
+        who, body = got
         key = body.get("key") if isinstance(body, dict) else None
         found = next((o for o in self.live() if o.key == key), None)
         if found is None:
