@@ -29,10 +29,10 @@ ABOUT = ("channel_id", "user_id", "text")  # what a history entry keeps of its r
 MINUTE_MS = 60_000
 TOP_CHANNELS = 5
 # Held messages whose label, first verdict and final decision are kept for the joins between
-# topics (console/bounded.py): at 1,000 decisions a second with 2% held, about 40 minutes of
-# them, four times the default review timeout (600 s), within which those records come. About
-# 400 bytes a message in the three maps (tracemalloc, 20,000 messages): some 20 MB at most.
-KEPT_MESSAGES = 50_000
+# topics (console/bounded.py), which come within the message's review timeout: more than the
+# 12,000 held in the default timeout (600 s) at 1,000 decisions a second with 2% held. About
+# 400 bytes a message in the three maps (tracemalloc, 20,000 messages): some 8 MB at most.
+KEPT_MESSAGES = 20_000
 
 
 def history_key(verdict: Verdict) -> str:
