@@ -1,0 +1,191 @@
+"""BENCHMARKS.md's section on a console's memory at a platform's decision rate
+(bench/console_feed.py's results): pure formatting and arithmetic, no timing, no servers.
+
+Issue 44 asks for memory that stays flat over an hour at 1,000 decisions a second. A console's
+memory first grows while its bounded state fills (the held messages waiting for their review
+timeout, the overview's minutes, the user panel's and the joins' newest entries), so the slope is
+fitted over the last SLOPE_WINDOW_S only. Flat means that slope, kept up for a day, still leaves
+the console under its memory limit (deploy/k8s/console/deployment.yaml's 512 MiB) from the run's
+highest figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+HEADING = "## 12. The console's memory at 1,000 decisions a second"
+TARGET = "console memory flat over an hour at 1,000 decisions/s"
+SLOPE_WINDOW_S = 45 * 60.0
+EVERY_S = 10 * 60.0  # a row of the table this often
+LIMIT_MIB = 512.0
+DAY_H = 24.0
+
+Sample = Mapping[str, Any]
+
+
+def after_warmup(feed: Mapping[str, Any]) -> list[Sample]:
+    """The samples from the first one at or after the plan's warm-up on."""
+    warmup = float(feed["plan"]["warmup_s"])
+    return [s for s in feed.get("samples") or [] if float(s["t_s"]) >= warmup]
+
+
+def slope_mib_per_h(samples: Sequence[Sample], window_s: float = SLOPE_WINDOW_S) -> float | None:
+    """The least-squares slope of RSS over time (MiB an hour) for the samples within `window_s`
+    of the last one; None with fewer than three."""
+    if not samples:
+        return None
+    end = float(samples[-1]["t_s"])
+    points = [(float(s["t_s"]) / 3600, float(s["rss_mib"])) for s in samples
+              if float(s["t_s"]) >= end - window_s]  # fmt: skip
+    if len(points) < 3:
+        return None
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_m = sum(m for _, m in points) / len(points)
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread == 0:
+        return None
+    return sum((t - mean_t) * (m - mean_m) for t, m in points) / spread
+
+
+def judged(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples whose judged minute had decisions written in it."""
+    return [s for s in samples if s.get("minute_written")]
+
+
+def kept_up(samples: Sequence[Sample]) -> bool | None:
+    """Whether the console counted every decision of each judged minute (None: none judged)."""
+    rows = judged(samples)
+    if not rows:
+        return None
+    return all(s.get("minute_counted") == s["minute_written"] for s in rows)
+
+
+def rows_every(samples: Sequence[Sample], every_s: float = EVERY_S) -> list[Sample]:
+    """The first sample, the first at or after each `every_s`, and the last."""
+    if not samples:
+        return []
+    start = float(samples[0]["t_s"])
+    chosen = [samples[0]]
+    mark = start + every_s
+    for s in samples[1:]:
+        if float(s["t_s"]) >= mark:
+            chosen.append(s)
+            while mark <= float(s["t_s"]):
+                mark += every_s
+    if chosen[-1] is not samples[-1]:
+        chosen.append(samples[-1])
+    return chosen
+
+
+def flat(samples: Sequence[Sample]) -> bool | None:
+    """The slope kept up for a day stays under the limit from the run's highest RSS."""
+    slope = slope_mib_per_h(samples)
+    if slope is None:
+        return None
+    highest = max(float(s["rss_mib"]) for s in samples)
+    return highest + max(slope, 0.0) * DAY_H <= LIMIT_MIB
+
+
+def figure(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def table(samples: Sequence[Sample], rate: float) -> list[str]:
+    out = ["| minute | RSS (MiB) | console CPU (% of a core) | waiting | behind (s) | whole minute "
+           "counted / written |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    previous: Sample | None = None
+    for s in rows_every(samples):
+        cpu = None
+        if previous is not None and float(s["t_s"]) > float(previous["t_s"]):
+            used = float(s["cpu_s"]) - float(previous["cpu_s"])
+            cpu = 100 * used / (float(s["t_s"]) - float(previous["t_s"]))
+        lag = None if s.get("behind") is None else float(s["behind"]) / rate
+        whole = (f"{s.get('minute_counted') or 0:,} / {s['minute_written']:,}"
+                 if s.get("minute_written") else "–")  # fmt: skip
+        out.append(f"| {float(s['t_s']) / 60:.0f} | {figure(float(s['rss_mib']))} | {figure(cpu)} "
+                   f"| {s.get('waiting') if s.get('waiting') is not None else '–'} "
+                   f"| {figure(lag)} | {whole} |")  # fmt: skip
+        previous = s
+    return out
+
+
+def summary(feed: Mapping[str, Any]) -> dict[str, Any]:
+    samples = after_warmup(feed)
+    rss = [float(s["rss_mib"]) for s in samples]
+    return {
+        "start_mib": rss[0] if rss else None,
+        "end_mib": rss[-1] if rss else None,
+        "max_mib": max(rss) if rss else None,
+        "slope": slope_mib_per_h(samples),
+        "kept_up": kept_up(samples),
+        "judged": len(judged(samples)),
+        "flat": flat(samples),
+        "minutes": float(samples[-1]["t_s"]) / 60 if samples else 0.0,
+    }
+
+
+def verdict(ok: bool | None) -> str:
+    return "–" if ok is None else ("met" if ok else "missed")
+
+
+def headline_row(feed: Mapping[str, Any] | None) -> list[str] | None:
+    if not feed or not feed.get("samples"):
+        return None
+    s = summary(feed)
+    ok = None if s["flat"] is None or s["kept_up"] is None else s["flat"] and s["kept_up"]
+    kept = {True: "kept up", False: "fell behind", None: "not judged"}[s["kept_up"]]
+    measured = (f"{figure(s['start_mib'])} → {figure(s['end_mib'])} MiB over "
+                f"{s['minutes']:.0f} min (max {figure(s['max_mib'])}), {figure(s['slope'])} "
+                f"MiB/h over the last 45 min; {kept}")  # fmt: skip
+    return [TARGET, f"slope × 24 h within {LIMIT_MIB:.0f} MiB, keeps up", measured, verdict(ok)]
+
+
+def section(feed: Mapping[str, Any] | None, label: str, note: str = "") -> list[str]:
+    if not feed or not feed.get("samples"):
+        return []
+    plan = feed["plan"]
+    s = summary(feed)
+    samples = after_warmup(feed)
+    kept = {True: "**yes**", False: "**no**", None: "not judged"}[s["kept_up"]]
+    return [
+        HEADING,
+        "",
+        f"Machine: **{label}**. One `python -m moderator console` process on the embedded Tansu "
+        f"broker ({feed.get('partitions')} partitions) and a real redis-server, one page open on "
+        f"it (its event stream, read as a browser reads it), following fresh topics while "
+        f"`python -m bench.console_feed` writes {plan['rate']:,.0f} decisions a second for "
+        f"{plan['duration_s'] / 60:.0f} minutes (the load generator's traffic in the moderator's "
+        f"own records, bench/console_traffic.py): {plan['held_share']:.0%} held for review with "
+        "their review records, half of those decided by a verdict within two minutes (the verdict "
+        "and its final decision), the rest by the review timeout's final decision after 600 s. "
+        f"RSS is VmRSS every {plan['sample_s']:.0f} s; the start is the first sample after "
+        f"{plan['warmup_s']:.0f} s (idle before the traffic: {figure(feed.get('idle_rss_mib'))} "
+        "MiB). Behind: decisions written that the page's overview does not count yet, in "
+        "seconds of traffic; a whole minute is judged 15 s after it ended.",
+        "",
+        *table(samples, float(plan["rate"])),
+        "",
+        f"- RSS: start {figure(s['start_mib'])} MiB, end {figure(s['end_mib'])} MiB, max "
+        f"{figure(s['max_mib'])} MiB; slope over the last 45 minutes {figure(s['slope'])} MiB/h "
+        f"({'flat' if s['flat'] else 'not flat' if s['flat'] is not None else 'not judged'}: a "
+        f"day of it from the max {'stays' if s['flat'] else 'does not stay'} under "
+        f"{LIMIT_MIB:.0f} MiB, the console's memory limit).",
+        f"- Kept up: {kept} ({s['judged']} whole minutes judged, every decision written counted"
+        f"{'' if s['kept_up'] else ' — not in all of them'}).",
+        *([f"- {note}"] if note else []),
+        "",
+    ]
+
+
+def merge_console_feed(results: Mapping[str, Any], document: str) -> str:
+    """`document` (a BENCHMARKS.md) with this run's section and Targets row put in, the rest as
+    it was; unchanged when the run has no console feed results."""
+    from bench.loop_report import run_note, splice, splice_target
+
+    feed = results.get("console_feed")
+    lines = section(feed, str(results.get("machine_label", "")),
+                    run_note(results, "console_feed"))  # fmt: skip
+    if not lines:
+        return document
+    return splice_target(splice(document, lines, HEADING), headline_row(feed))
