@@ -119,7 +119,7 @@ def summary(feed: Mapping[str, Any]) -> dict[str, Any]:
         "max_mib": max(rss) if rss else None,
         "slope": slope_mib_per_h(samples),
         "kept_up": kept_up(samples),
-        "judged": len(judged(samples)),
+        "judged": len({s["minute_ms"] for s in judged(samples)}),
         "flat": flat(samples),
         "minutes": float(samples[-1]["t_s"]) / 60 if samples else 0.0,
     }

@@ -21,6 +21,7 @@ def feed(rss: list[float], *, every_s: float = 300.0, counted_ok: bool = True) -
         written = 60_000 if i else 0
         counted = written if counted_ok else written - 5
         samples.append({"t_s": i * every_s, "rss_mib": mib, "cpu_s": i * 6.0, "waiting": 100,
+                        "minute_ms": NOW + 60_000 * (i // 2),  # two samples judge each minute
                         "behind": 900, "minute_written": written,
                         "minute_counted": counted if written else None})  # fmt: skip
     plan = {"duration_s": every_s * (len(rss) - 1), "rate": 1000.0, "held_share": 0.02,
@@ -36,6 +37,7 @@ def test_the_slope_is_fitted_over_the_last_45_minutes_only() -> None:
     summary = console_feed_report.summary(run)
     assert (summary["start_mib"], summary["end_mib"], summary["max_mib"]) == (100.0, 200.0, 200.0)
     assert summary["flat"] is True
+    assert summary["judged"] == 7  # minutes (12 samples judged them), not samples
 
 
 def test_memory_that_keeps_growing_is_not_flat() -> None:
