@@ -61,6 +61,12 @@ def kept_up(samples: Sequence[Sample]) -> bool | None:
     return all(s.get("minute_counted") == s["minute_written"] for s in rows)
 
 
+def behind_s(samples: Sequence[Sample], rate: float) -> tuple[float, float] | None:
+    """The median and the most the page's overview was behind, in seconds of traffic."""
+    seen = sorted(float(s["behind"]) / rate for s in samples if s.get("behind") is not None)
+    return (seen[len(seen) // 2], seen[-1]) if seen else None
+
+
 def rows_every(samples: Sequence[Sample], every_s: float = EVERY_S) -> list[Sample]:
     """The first sample, the first at or after each `every_s`, and the last."""
     if not samples:
@@ -120,6 +126,14 @@ def summary(feed: Mapping[str, Any]) -> dict[str, Any]:
         "slope": slope_mib_per_h(samples),
         "kept_up": kept_up(samples),
         "judged": len({s["minute_ms"] for s in judged(samples)}),
+        "short": len(
+            {
+                s["minute_ms"]
+                for s in judged(samples)
+                if s.get("minute_counted") != s["minute_written"]
+            }
+        ),
+        "behind_s": behind_s(samples, float(feed["plan"]["rate"])),
         "flat": flat(samples),
         "minutes": float(samples[-1]["t_s"]) / 60 if samples else 0.0,
     }
@@ -171,11 +185,20 @@ def section(feed: Mapping[str, Any] | None, label: str, note: str = "") -> list[
         f"({'flat' if s['flat'] else 'not flat' if s['flat'] is not None else 'not judged'}: a "
         f"day of it from the max {'stays' if s['flat'] else 'does not stay'} under "
         f"{LIMIT_MIB:.0f} MiB, the console's memory limit).",
-        f"- Kept up: {kept} ({s['judged']} whole minutes judged, every decision written counted"
-        f"{'' if s['kept_up'] else ' — not in all of them'}).",
+        f"- Kept up: {kept} ({s['judged']} whole minutes judged 15 to 45 s after they ended, "
+        f"{s['short']} of them not yet counted in full at least once; behind "
+        f"{_behind(s['behind_s'])}).",
         *([f"- {note}"] if note else []),
         "",
     ]
+
+
+def _behind(seconds: tuple[float, float] | None) -> str:
+    return (
+        "not measured"
+        if seconds is None
+        else (f"{seconds[0]:.1f} s at the median, {seconds[1]:.1f} s at most")
+    )
 
 
 def merge_console_feed(results: Mapping[str, Any], document: str) -> str:

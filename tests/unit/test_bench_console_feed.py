@@ -50,7 +50,11 @@ def test_memory_that_keeps_growing_is_not_flat() -> None:
 
 def test_a_minute_counted_short_means_the_console_fell_behind() -> None:
     assert console_feed_report.kept_up(feed([100.0] * 4)["samples"]) is True
-    assert console_feed_report.kept_up(feed([100.0] * 4, counted_ok=False)["samples"]) is False
+    short = feed([100.0] * 4, counted_ok=False)
+    assert console_feed_report.kept_up(short["samples"]) is False
+    assert console_feed_report.summary(short)["short"] == 2  # minutes, each judged twice at most
+    assert "2 of them not yet counted in full" in "\n".join(console_feed_report.section(short, "m"))
+    assert console_feed_report.behind_s(short["samples"], 1000.0) == (0.9, 0.9)
     assert console_feed_report.kept_up(feed([100.0])["samples"]) is None  # nothing judged
 
 
