@@ -42,7 +42,7 @@ from confluent_kafka import Producer
 from bench.artifacts import BENCH_BUILD_DIR
 from bench.console_traffic import Out, Traffic
 from bench.cpu import load_average, other_cpu_hogs
-from devstack.embedded import EmbeddedKafka, EmbeddedRedis, free_port
+from devstack.embedded import EmbeddedKafka, EmbeddedRedis, free_port, terminate
 from loadgen.machine import machine_info, machine_label
 from moderator.config import REPO_ROOT
 from moderator.kafka.topics import ensure_topics
@@ -163,12 +163,7 @@ def console_process(bootstrap: str, redis_url: str, topics: dict[str, str],
         try:
             yield proc, f"http://127.0.0.1:{port}"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate(proc, 15)
 
 
 def wait_ready(proc: subprocess.Popen[bytes], tab: Tab) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +41,6 @@ pytestmark = pytest.mark.integration
 def create(bootstrap: str, topics: Topics) -> Topics:
     loop.run(ensure_topics(bootstrap, {topics.review: 2, topics.verdicts: 2, topics.decisions: 2}))
     return topics
-
-
-@pytest.fixture
-def topics(kafka: EmbeddedKafka) -> Topics:
-    return create(kafka.bootstrap, Topics.fresh())
-
-
-@pytest.fixture
-def console(
-    kafka: EmbeddedKafka, redis_server: EmbeddedRedis, topics: Topics, tmp_path: Path
-) -> Iterator[str]:
-    with console_process(kafka.bootstrap, redis_server.url, topics, tmp_path) as url:
-        yield url
 
 
 def post_from(browser: WebDriver, path: str, body: dict[str, Any]) -> dict[str, Any]:
