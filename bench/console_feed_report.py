@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bench.shadow_report import figure
+
 HEADING = "## 12. The console's memory at 1,000 decisions a second"
 TARGET = "console memory flat over an hour at 1,000 decisions/s"
 SLOPE_WINDOW_S = 45 * 60.0
@@ -91,10 +93,6 @@ def flat(samples: Sequence[Sample]) -> bool | None:
         return None
     highest = max(float(s["rss_mib"]) for s in samples)
     return highest + max(slope, 0.0) * DAY_H <= LIMIT_MIB
-
-
-def figure(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
 
 
 def table(samples: Sequence[Sample], rate: float) -> list[str]:

@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from devstack.child import child_pids
 from moderator.decide.batcher import SCORER_THREAD_NAME
 
 ROLES = ("event loop", "scorer", "model pool & other", "broker", "load generator")
@@ -50,15 +51,7 @@ def _thread_times(pid: int) -> dict[int, tuple[str, float, float]]:
 def children(parents: Iterable[int]) -> list[int]:
     """The processes whose parent is one of `parents` (a moderator's shadow, and the resource
     tracker its process pool starts)."""
-    wanted, out = set(parents), []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2 :].split()[1]) in wanted:
-            out.append(int(proc.name))
-    return out
+    return [child for parent in parents for child in child_pids(parent)]
 
 
 def role_of(

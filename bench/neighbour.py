@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.artifacts import speed_model_dir
+from bench.pairs import spread
 from moderator.decide.classifier import Classifier
 
 SHADOW = """
@@ -60,6 +61,12 @@ def round_ms(primary: Classifier) -> np.ndarray:
     return np.asarray(out)
 
 
+def shown(values: list[float]) -> str:
+    """'median (lowest-highest)' of the rounds' figures."""
+    s = spread(values)
+    return "–" if s is None else f"{s.median:.2f} ({s.low:.2f}-{s.high:.2f})"
+
+
 def main() -> int:
     primary = Classifier(Path("moderator/default_model"), threads=2)
     primary.warm_up(8)
@@ -76,10 +83,8 @@ def main() -> int:
         print(f"{kind:14s} p50 {p50:.2f} ms  p99 {p99:.2f} ms", flush=True)
         found.setdefault(kind, []).append((p50, p99))
     for kind, rounds in found.items():
-        p50s, p99s = sorted(r[0] for r in rounds), sorted(r[1] for r in rounds)
-        print(f"median of {len(rounds)}: {kind:14s} p50 {p50s[len(p50s) // 2]:.2f} "
-              f"({p50s[0]:.2f}-{p50s[-1]:.2f})  p99 {p99s[len(p99s) // 2]:.2f} "
-              f"({p99s[0]:.2f}-{p99s[-1]:.2f}) ms")  # fmt: skip
+        print(f"median of {len(rounds)}: {kind:14s} p50 {shown([r[0] for r in rounds])}  "
+              f"p99 {shown([r[1] for r in rounds])} ms")  # fmt: skip
     return 0
 
 

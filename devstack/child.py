@@ -172,11 +172,7 @@ class ModeratorChild:
     def worker_pids(self) -> list[int]:
         """The processes that moderate: the workers of a `--workers` supervisor (children whose
         command line is marked supervised), or itself (a child of its is its shadow model's)."""
-        found: list[int] = []
-        with contextlib.suppress(OSError):
-            for task in Path(f"/proc/{self.pid}/task").iterdir():
-                found.extend(int(p) for p in (task / "children").read_text().split())
-        return sorted(pid for pid in found if _supervised(pid)) or [self.pid]
+        return sorted(pid for pid in child_pids(self.pid) if _supervised(pid)) or [self.pid]
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
@@ -321,3 +317,14 @@ def _supervised(pid: int) -> bool:
     except OSError:
         return False
     return SUPERVISED_FLAG.encode() in argv
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes process `pid` started (each of its threads' /proc children list; [] once it
+    is gone)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found.extend(int(p) for p in (task / "children").read_text().split())
+    return found

@@ -7,7 +7,6 @@ linger) by `stop()`, which is safe to call twice.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import shutil
 import signal
@@ -24,10 +23,9 @@ from urllib.parse import quote
 import redis
 
 from moderator.errors import ModeratorError
+from moderator.threads import die_with_parent
 
 log = logging.getLogger(__name__)
-
-PR_SET_PDEATHSIG = 1
 
 
 class EmbeddedServerError(ModeratorError):
@@ -60,12 +58,9 @@ def terminate(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child: ask Linux to SIGTERM us when the parent process dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:  # not Linux/glibc: the servers then outlive a killed parent
-        pass
+    """In the child: ask Linux to SIGTERM us when the parent process dies (elsewhere the servers
+    outlive a killed parent)."""
+    die_with_parent(signal.SIGTERM)
 
 
 DEV_EXTRA_HINT = "pip install 'chat-moderator-tools[dev]'"

@@ -19,13 +19,31 @@ import threading
 from pathlib import Path
 
 _PR_SET_NAME = 15
+_PR_SET_PDEATHSIG = 1
 LOWEST = 19  # niceness: a CPU-bound thread at 19 gets ~1/70 of a core a thread at 0 wants
+
+
+def _prctl(option: int, arg: object) -> None:
+    """Linux's prctl(2) for the calling thread; AttributeError or OSError where there is none."""
+    ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
 
 
 def name_thread(name: str) -> None:
     """Name the calling thread for the OS (15 bytes at most; longer names are cut there)."""
     with contextlib.suppress(AttributeError, OSError):
-        ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode(), 0, 0, 0)
+        _prctl(_PR_SET_NAME, name.encode())
+
+
+def die_with_parent(signum: int, parent: int | None = None) -> None:
+    """Have Linux send this process `signum` when the thread that started it ends (a child must
+    not outlive a killed parent, holding a port or a model's memory); nothing elsewhere. Given
+    the `parent` pid, a process whose parent ended before the request ends now."""
+    try:
+        _prctl(_PR_SET_PDEATHSIG, signum)
+    except (AttributeError, OSError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 def lower_priority(niceness: int = LOWEST, *, tid: int | None = None) -> None:

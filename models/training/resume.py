@@ -41,7 +41,7 @@ def fingerprint(ids: Sequence[Sequence[int]], targets: Any, recipe: object) -> s
 
 class Checkpoint:
     """The training state of one recipe and data in `folder`: `load()` what an earlier run left,
-    `save()` when `due()`, `done()` at the end."""
+    `save()` when `due()` and at the end (the caller removes the folder once it has served)."""
 
     def __init__(self, folder: Path, key: str, *, every_s: float = EVERY_S) -> None:
         self.folder = folder
@@ -72,6 +72,3 @@ class Checkpoint:
         torch.save(state, partial)
         partial.replace(self.path)
         self._saved_at = time.monotonic()
-
-    def done(self) -> None:
-        self.path.unlink(missing_ok=True)

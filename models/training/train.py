@@ -222,7 +222,7 @@ def train_finetune(
     loss_fn = torch.nn.BCEWithLogitsLoss()
     first_epoch, skip, step, running = 0, 0, 0, 0.0
     state = checkpoint.load() if checkpoint is not None else None
-    if state is not None:
+    if checkpoint is not None and state is not None:
         module.load_state_dict(state["module"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["schedule"])
@@ -230,7 +230,7 @@ def train_finetune(
         rng.setstate(state["epoch_rng"])  # the batch order is drawn again, the same
         first_epoch, skip, step, running = (
             state["epoch"], state["batch"], state["step"], state["running"])  # fmt: skip
-        progress(f"  resumed at step {step}/{total} from {checkpoint.path if checkpoint else ''}")
+        progress(f"  resumed at step {step}/{total} from {checkpoint.path}")
 
     def snapshot(epoch: int, batch: int, epoch_rng: object) -> dict[str, Any]:
         """All that decides what comes next: resumed from it, a run ends as if never stopped."""

@@ -18,7 +18,6 @@ orphan holding a model's memory.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import signal
@@ -29,7 +28,7 @@ from pathlib import Path
 from moderator.decide.classifier import Classifier
 from moderator.decide.screen import Judged, Reader, decide_texts, reader_for
 from moderator.policy.rules import Policy
-from moderator.threads import lower_process_priority, name_thread
+from moderator.threads import die_with_parent, lower_process_priority, name_thread
 
 THREAD_NAME = "shadow"  # the shadow process's name and its threads', for the OS (top, /proc)
 
@@ -43,24 +42,10 @@ class _Child:
     readers: dict[Path, Reader] = {}  # noqa: RUF012 - one process, one model at a time
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with(parent: int) -> None:
-    """SIGKILL this process when `parent` ends (where the kernel offers it); if it ended before
-    the request was made, end now."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (AttributeError, OSError):
-        return
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 def _start(parent: int, model_dir: Path, threads: int, max_windows: int, warm: int) -> None:
     """The child's initializer: bound to its parent's life, the lowest priority for it and all
     it starts, then the model."""
-    _die_with(parent)
+    die_with_parent(signal.SIGKILL, parent)
     name_thread(THREAD_NAME)
     lower_process_priority()
     _Child.threads, _Child.max_windows, _Child.warm = threads, max_windows, warm

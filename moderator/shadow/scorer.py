@@ -41,6 +41,7 @@ from moderator.kafka.connect import Sender
 from moderator.kafka.topics import ensure_topics
 from moderator.metric_models import ShadowMetrics
 from moderator.metric_wings import DEFAULT_ACTIONS
+from moderator.policy.rules import Policy
 from moderator.shadow import process
 from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, disagreement_record
 from moderator.shadow.process import THREAD_NAME, read_texts
@@ -58,7 +59,12 @@ __all__ = ["THREAD_NAME", "Shadow", "read", "shadow_for"]
 def read(reader: Reader, items: Sequence[Primary]) -> list[Judged]:
     """The shadow's decision on each message under its channel's policy, read in this process
     (the child reads the same way: moderator/shadow/process.py)."""
-    return read_texts(reader, [(item.policy, item.chat.text) for item in items])
+    return read_texts(reader, pairs(items))
+
+
+def pairs(items: Sequence[Primary]) -> list[tuple[Policy, str]]:
+    """What the shadow reads of each message: its channel's policy and its text."""
+    return [(item.policy, item.chat.text) for item in items]
 
 
 class Shadow:
@@ -150,14 +156,12 @@ class Shadow:
                 batch.append(self._queue.get_nowait())
             self.metrics.queued.set(self._queue.qsize())
             reader = self.reader
-            items = [(item.policy, item.chat.text) for item in batch]
-            model_dir = reader.classifier.model_dir
             try:
                 if self._process is None:  # the last child died: a new one for this batch
                     await self._spawn()
                 self.metrics.batches.inc()
                 judged = await running.run_in_executor(
-                    self._process, process.read_in_child, model_dir, items
+                    self._process, process.read_in_child, reader.classifier.model_dir, pairs(batch)
                 )
             except BrokenProcessPool:
                 self.metrics.skipped.inc(len(batch))

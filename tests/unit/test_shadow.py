@@ -6,6 +6,7 @@ being awaited. The shadow is the candidate of devstack/candidate.py, a real mode
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import pytest
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from devstack.candidate import LANGUAGES, SWAPPED, candidate_model
+from devstack.child import child_pids
 from moderator.decide.batcher import MicroBatcher
 from moderator.decide.cache import ScoreCache
 from moderator.decide.classifier import Classifier, ModelInfo
@@ -240,16 +242,12 @@ async def test_a_full_queue_sheds_and_counts_what_it_skipped(
 
 
 def children(name: str) -> list[int]:
-    """This process's child processes the OS knows as `name` (/proc's stat: comm and ppid)."""
+    """This process's child processes the OS knows as `name` (/proc's comm)."""
     out = []
-    for proc in Path("/proc").iterdir():
-        try:
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if comm == name and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
-            out.append(int(proc.name))
+    for pid in child_pids(os.getpid()):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                out.append(pid)
     return out
 
 
