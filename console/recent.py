@@ -1,8 +1,10 @@
 """Each user's newest held messages, and what became of each: still waiting, the first verdict
 read (who, what, why), the final decision read (a verdict applied, or the review timeout's
 fallback). What the user panel (console/users_panel.py) shows, from the topics the console reads
-anyway; at most `PER_USER` messages for each of the `USERS` users seen last, so its memory is
-bounded however long the console runs. Pure state: the board feeds it.
+anyway; at most `PER_USER` messages for each of the `USERS` users seen last, and at most `ROWS`
+messages in all, so its memory is bounded however long the console runs (full, 5,000 users of 20
+rows held about 75 MiB, which an hour at 1,000 decisions a second showed as growth: issue 44).
+Pure state: the board feeds it.
 """
 
 from __future__ import annotations
@@ -14,15 +16,19 @@ from console.records import Verdict
 
 PER_USER = 20
 USERS = 5_000
+ROWS = 10_000
 SHOWN = ("message_id", "channel_id", "text", "held_at_ms", "label", "severity", "reason")
 
 
 class RecentByUser:
     """Each user's newest held messages and their outcome."""
 
-    def __init__(self, per_user: int = PER_USER, users: int = USERS) -> None:
+    def __init__(self, per_user: int = PER_USER, users: int = USERS, rows: int = ROWS) -> None:
+        if rows < per_user:
+            raise ValueError(f"rows ({rows}) must hold at least one user's {per_user}")
         self.per_user = per_user
         self.users = users
+        self.rows = rows
         self._by_user: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         self._by_message: dict[str, dict[str, Any]] = {}
 
@@ -37,8 +43,8 @@ class RecentByUser:
         row = {**{k: item.get(k) for k in SHOWN}, "verdict": None, "final": None}
         kept.append(row)
         self._by_message[item["message_id"]] = row
-        while len(self._by_user) > self.users:
-            _, gone = self._by_user.popitem(last=False)
+        while len(self._by_user) > self.users or len(self._by_message) > self.rows:
+            _, gone = self._by_user.popitem(last=False)  # never the user just added: it is newest
             for old in gone:
                 self._by_message.pop(old["message_id"], None)
 

@@ -254,6 +254,17 @@ def test_the_user_panels_memory_is_bounded_per_user_and_in_users() -> None:
     assert [r["message_id"] for r in recent.recent("u-2")] == ["m-3"]
 
 
+def test_the_user_panel_keeps_at_most_rows_messages_in_all() -> None:
+    recent = RecentByUser(per_user=3, users=100, rows=4)
+    for n, user in enumerate(["u-1", "u-1", "u-2", "u-2", "u-3"]):
+        recent.add_review({"message_id": f"m-{n}", "user_id": user, "held_at_ms": n})
+    assert recent.recent("u-1") == []  # 5 rows > 4: the user seen longest ago goes whole
+    assert [[r["message_id"] for r in recent.recent(u)] for u in ("u-2", "u-3")] == [
+        ["m-3", "m-2"], ["m-4"]]  # fmt: skip
+    with pytest.raises(ValueError, match="at least one user"):
+        RecentByUser(per_user=3, rows=2)
+
+
 def test_labels_verdicts_and_finals_are_kept_for_the_newest_messages_only() -> None:
     b = Board(undo_grace_s=30, overview_minutes=15, kept_messages=3, clock=lambda: NOW)
     for n in range(10):
