@@ -12,6 +12,7 @@ from typing import Any
 
 from moderator.errors import ConfigError
 from moderator.redaction import redact_url, redis_url_problem, url_secrets
+from moderator.threads import cpu_list
 
 ENV_PREFIX = "MODERATOR_"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +103,7 @@ HELP = {
     "shadow_topic": "topic of the shadow's disagreements with the primary, kept 7 days; empty: "
     "counted only",
     "shadow_threads": "ONNX threads of the shadow model's own process",
+    "shadow_cpus": "CPUs the shadow's process may run on (1, 0,2 or 2-3); empty: any",
     "shadow_queue": "messages waiting for the shadow, at most; past it they are skipped (counted)",
     "rollout_topic": "compacted control topic naming which model decides and which shadows it, "
     "read whole at start and followed; empty: the model settings only",
@@ -162,6 +164,7 @@ class Settings:
     shadow_model: Path | None = None
     shadow_topic: str = "chat.shadow"
     shadow_threads: int = 1
+    shadow_cpus: str = ""
     shadow_queue: int = 1000
     rollout_topic: str = "chat.rollout"
 
@@ -223,6 +226,11 @@ class Settings:
             raise bad("denylist", f"{self.denylist} is not a file")
         if self.policy is not None and not self.policy.is_file():
             raise bad("policy", f"{self.policy} is not a file")
+        if self.shadow_cpus:
+            try:
+                cpu_list(self.shadow_cpus)
+            except ValueError as exc:
+                raise bad("shadow_cpus", str(exc)) from None
         if self.shadow_model is not None and not (self.shadow_model / "manifest.json").is_file():
             raise bad("shadow_model", f"{self.shadow_model} has no manifest.json")
 

@@ -63,3 +63,34 @@ def lower_process_priority(niceness: int = LOWEST) -> None:
     with contextlib.suppress(OSError):
         for task in Path("/proc/self/task").iterdir():
             lower_priority(niceness, tid=int(task.name))
+
+
+def cpu_list(spec: str) -> frozenset[int]:
+    """The CPUs a list such as `1`, `0,2` or `2-3` names (taskset's and cpuset's notation);
+    ValueError for anything else."""
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"{spec!r} is not a CPU list such as 1, 0,2 or 2-3")
+        lo, hi = int(first), int(last) if dash else int(first)
+        if hi < lo:
+            raise ValueError(f"{part.strip()!r}: a range ends below where it starts")
+        cpus.update(range(lo, hi + 1))
+    return frozenset(cpus)
+
+
+def pin_process(cpus: frozenset[int]) -> frozenset[int]:
+    """Keep this process, and the threads it starts, to those of `cpus` it may run on (all it
+    may run on where none of them is one); the CPUs it is kept to. Nothing where Linux's
+    affinity calls are missing."""
+    try:
+        allowed = frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset()
+    kept = (cpus & allowed) or allowed
+    with contextlib.suppress(OSError):
+        for task in Path("/proc/self/task").iterdir():
+            os.sched_setaffinity(int(task.name), kept)
+    os.sched_setaffinity(0, kept)
+    return kept

@@ -28,7 +28,7 @@ from pathlib import Path
 from moderator.decide.classifier import Classifier
 from moderator.decide.screen import Judged, Reader, decide_texts, reader_for
 from moderator.policy.rules import Policy
-from moderator.threads import die_with_parent, lower_process_priority, name_thread
+from moderator.threads import die_with_parent, lower_process_priority, name_thread, pin_process
 
 THREAD_NAME = "shadow"  # the shadow process's name and its threads', for the OS (top, /proc)
 
@@ -42,12 +42,16 @@ class _Child:
     readers: dict[Path, Reader] = {}  # noqa: RUF012 - one process, one model at a time
 
 
-def _start(parent: int, model_dir: Path, threads: int, max_windows: int, warm: int) -> None:
+def _start(
+    parent: int, model_dir: Path, threads: int, max_windows: int, warm: int, cpus: frozenset[int]
+) -> None:
     """The child's initializer: bound to its parent's life, the lowest priority for it and all
-    it starts, then the model."""
+    it starts (kept to `cpus` where given), then the model."""
     die_with_parent(signal.SIGKILL, parent)
     name_thread(THREAD_NAME)
     lower_process_priority()
+    if cpus:
+        pin_process(cpus)
     _Child.threads, _Child.max_windows, _Child.warm = threads, max_windows, warm
     reader(model_dir)
 
@@ -89,12 +93,18 @@ def pid() -> int:
 
 
 def reading_process(
-    model_dir: Path, *, threads: int, max_windows: int, warm: int
+    model_dir: Path,
+    *,
+    threads: int,
+    max_windows: int,
+    warm: int,
+    cpus: frozenset[int] = frozenset(),
 ) -> ProcessPoolExecutor:
-    """A pool of one spawned child that reads with `model_dir` on `threads` ONNX threads."""
+    """A pool of one spawned child that reads with `model_dir` on `threads` ONNX threads, on
+    `cpus` (any CPU where empty)."""
     return ProcessPoolExecutor(
         1,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_start,
-        initargs=(os.getpid(), model_dir, threads, max_windows, warm),
+        initargs=(os.getpid(), model_dir, threads, max_windows, warm, cpus),
     )

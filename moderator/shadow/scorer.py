@@ -46,6 +46,7 @@ from moderator.shadow import process
 from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, disagreement_record
 from moderator.shadow.process import THREAD_NAME, read_texts
 from moderator.tasks import cancel
+from moderator.threads import cpu_list
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class Shadow:
         topic: str,
         queue_size: int,
         threads: int = 1,
+        cpus: frozenset[int] = frozenset(),
         max_batch: int = BATCH,
         linger_s: float = LINGER_S,
     ) -> None:
@@ -89,6 +91,7 @@ class Shadow:
         self.producer = producer if topic else None
         self.topic = topic
         self.threads = threads
+        self.cpus = cpus
         self.max_batch = max_batch
         self.linger_s = linger_s
         self._queue: asyncio.Queue[Primary] = asyncio.Queue(queue_size)
@@ -134,6 +137,7 @@ class Shadow:
             threads=self.threads,
             max_windows=self.reader.windows.max_windows,
             warm=self.max_batch,
+            cpus=self.cpus,
         )
         await asyncio.get_running_loop().run_in_executor(self._process, process.pid)
 
@@ -242,4 +246,5 @@ async def shadow_for(settings: Settings, metrics: ShadowMetrics, producer: Sende
         topic=s.shadow_topic,
         queue_size=s.shadow_queue,
         threads=s.shadow_threads,
+        cpus=cpu_list(s.shadow_cpus) if s.shadow_cpus else frozenset(),
     )

@@ -263,13 +263,25 @@ def priorities(pid: int) -> list[tuple[int, int]]:
     ]
 
 
+def affinities(pid: int) -> set[frozenset[int]]:
+    """The CPU sets the threads of process `pid` may run on."""
+    return {
+        frozenset(os.sched_getaffinity(int(t.name))) for t in Path(f"/proc/{pid}/task").iterdir()
+    }
+
+
 async def test_the_shadow_reads_in_a_process_of_its_own_named_for_the_os_that_yields_the_cpu(
     reader: Reader, candidate: Reader, started: list[Shadow]
 ) -> None:
     """`top` and the shadow benchmark's CPU split tell it from the primary, and none of its
-    threads (ONNX Runtime's pool of two included) takes a core or the GIL from the primary's."""
+    threads (ONNX Runtime's pool of two included) takes a core or the GIL from the primary's;
+    kept to the CPU it was given, all of them."""
     metrics = Metrics().shadow
-    shadow = Shadow(candidate, metrics, producer=None, topic="", queue_size=10, threads=2)
+    last = max(os.sched_getaffinity(0))
+    shadow = Shadow(
+        candidate, metrics, producer=None, topic="", queue_size=10, threads=2,
+        cpus=frozenset({last}),
+    )  # fmt: skip
     assert children(THREAD_NAME) == []
     started.append(shadow)
     await shadow.start()
@@ -279,6 +291,7 @@ async def test_the_shadow_reads_in_a_process_of_its_own_named_for_the_os_that_yi
     threads = priorities(child)
     assert len(threads) >= 2, "ONNX Runtime's pool of two, at least"
     assert set(threads) == {(LOWEST, os.SCHED_IDLE)}, "the shadow waits, not the primary"
+    assert affinities(child) == {frozenset({last})}, "every thread on the CPU it was given"
     assert all(t.name != THREAD_NAME for t in threading.enumerate()), "none in this process"
     await shadow.stop()
     await eventually(lambda: children(THREAD_NAME) == [], "the child ended with the shadow")
