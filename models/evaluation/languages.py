@@ -2,11 +2,13 @@
 
 What it guarantees: every line of `models/heldout/languages/` (Multilingual HateCheck,
 `models.evaluation.mhc`) is decided as the service decides it (`decide_texts`: the policy with
-its deny terms and allowed phrases, the windows), except that the language gate is told the
-line's language is supported (it supports the manifest's languages and that one): the figures
-are the model's, not the gate's. What the model's own gate (the manifest's `languages`) would
-send to review is counted apart, and so is what the told gate still names as yet another
-language. `flagged` is any action but `allow` (review counts as flagged).
+its deny terms and allowed phrases, the windows), but past the language gate: the figures are
+the model's, not the gate's. A gate told the line's language is supported (the manifest's
+languages and that one) still names some lines as yet another language (romanized Hindi as
+Indonesian or Finnish: 293 of 1,340 MHC lines), which would put the gate's review into the
+model's figure; so the decision reads no gate, and two columns count the gate apart: the lines
+that told gate would still send to review, and those the model's own gate (the manifest's
+`languages`) would. `flagged` is any action but `allow` (review counts as flagged).
 
 A language passes (issue 40) on at least `MIN_HOSTILE` hostile and `MIN_BENIGN` benign lines
 when its hostile caught is at least `CAUGHT_GOAL` and its benign flagged at most
@@ -39,10 +41,10 @@ CHUNK = 256  # lines decided per call: one padded batch of short lines
 
 
 class Decision(NamedTuple):
-    """One line as decided with the gate told its language, and what the own gate does."""
+    """One line as the model decides it, and what each gate would do with it."""
 
     flagged: bool  # any action but allow
-    other_language: bool  # the told gate still named a language the model is not told it reads
+    other_language: bool  # a gate told the line's language still names another one
     own_gate: bool  # the manifest's gate names the line's text as a language the model lacks
 
 
@@ -170,9 +172,10 @@ def decide(model_dir: Path, policy_file: Path | None, cases: Sequence[Case]) -> 
     classifier = Classifier(model_dir, threads=2)
     policy = Policy.load(policy_file)
     own = LanguageGate(classifier.info.languages)
+    reader = Reader(classifier)  # no gate: the model decides every line
     out: list[Decision | None] = [None] * len(cases)
     for code in sorted({c.language for c in cases}):
-        reader = Reader(classifier, gate=LanguageGate((*classifier.info.languages, code)))
+        told = LanguageGate((*classifier.info.languages, code))
         mine = [i for i, c in enumerate(cases) if c.language == code]
         for start in range(0, len(mine), CHUNK):
             chunk = mine[start : start + CHUNK]
@@ -181,7 +184,7 @@ def decide(model_dir: Path, policy_file: Path | None, cases: Sequence[Case]) -> 
                 text = cases[i].text
                 out[i] = Decision(
                     judged.ruling.action != ALLOW,
-                    judged.language is not None,
+                    told.detect(text) is not None,
                     own.detect(text) is not None,
                 )
     return [d for d in out if d is not None]

@@ -201,13 +201,11 @@ def test_the_real_model_is_judged_as_the_service_decides_past_its_own_gate(
     cases = [c for c in mhc.read(languages=["de", "hi"]) if c.kind in (HOSTILE, BENIGN)][::40]
     decided = languages.decide(model_dir, None, cases)
     served = decide_texts(reader, Policy.load(), [c.text for c in cases])
-    unread = Reader(reader.classifier)  # no gate: the model alone
-    bare = decide_texts(unread, Policy.load(), [c.text for c in cases])
+    bare = decide_texts(Reader(reader.classifier), Policy.load(), [c.text for c in cases])
     assert any(d.own_gate for c, d in zip(cases, decided, strict=True) if c.language == "de")
     for case, ours, service, model in zip(cases, decided, served, bare, strict=True):
         assert ours.own_gate == (service.language is not None), case.text
-        if not ours.other_language:  # the told gate passed it: the model alone decided
-            assert ours.flagged == (model.ruling.action != ALLOW), case.text
+        assert ours.flagged == (model.ruling.action != ALLOW), case.text
         if not ours.own_gate:
             assert ours.flagged == (service.ruling.action != ALLOW), case.text
         else:
