@@ -1,7 +1,8 @@
 """Issue 40's language validation: what a model decides on held-out lines of each language.
 
-What it guarantees: every line of `models/heldout/languages/` (Multilingual HateCheck,
-`models.evaluation.mhc`) is decided as the service decides it (`decide_texts`: the policy with
+What it guarantees: every line `models.evaluation.mhc` keeps of Multilingual HateCheck, read
+from a snapshot of the suite's repository at the pinned commit (`--mhc GIT_DIR`; the suite stays
+outside the repository), is decided as the service decides it (`decide_texts`: the policy with
 its deny terms and allowed phrases, the windows), but past the language gate: the figures are
 the model's, not the gate's. A gate told the line's language is supported (the manifest's
 languages and that one) still names some lines as yet another language (romanized Hindi as
@@ -14,8 +15,10 @@ A language passes (issue 40) on at least `MIN_HOSTILE` hostile and `MIN_BENIGN` 
 when its hostile caught is at least `CAUGHT_GOAL` and its benign flagged at most
 `FLAGGED_GOAL`, judged on the point figures; the bootstrap 95% interval is printed beside each.
 Counter-speech, abuse of non-protected targets and non-hateful profanity are reported with no goal.
+A missing snapshot, or one without the pinned commit, stops it with exit status 2.
 
-    python -m models.evaluation.languages --model DIR [--policy FILE] [--markdown]
+    python -m models.evaluation.languages --mhc GIT_DIR --model DIR [--policy FILE] [--markdown]
+        [--languages CODE ...] [--functionalities]
 """
 
 from __future__ import annotations
@@ -194,15 +197,23 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m models.evaluation.languages", description=__doc__
     )
+    parser.add_argument(
+        "--mhc", type=Path, required=True, help=f"a snapshot (git dir) of {mhc.REPOSITORY}"
+    )
     parser.add_argument("--model", type=Path, required=True, help="a model directory")
     parser.add_argument("--policy", type=Path, default=None, help="default: the packaged one")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
-    parser.add_argument("--languages", nargs="*", default=None, help="codes (default: all)")
+    parser.add_argument(
+        "--languages", nargs="+", choices=mhc.CODES, default=None, help="codes (default: all)"
+    )
     parser.add_argument(
         "--functionalities", action="store_true", help="also flagged %% per functionality"
     )
     args = parser.parse_args(argv)
-    cases = mhc.read(languages=args.languages)
+    try:
+        cases = mhc.read(args.mhc, languages=args.languages)
+    except mhc.SnapshotError as error:
+        parser.error(str(error))  # exit status 2
     decisions = decide(args.model, args.policy, cases)
     print(f"model: {args.model}; policy: {args.policy or 'packaged'}; {len(cases):,} lines")
     print(table(figures(cases, decisions), markdown=args.markdown))

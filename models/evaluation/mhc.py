@@ -1,11 +1,12 @@
-"""Multilingual HateCheck's cases as held-out lines per language: chosen once, read as committed.
+"""Multilingual HateCheck's cases as held-out lines per language, read from the suite's snapshot.
 
-What it guarantees: `models/heldout/languages/<code>.tsv` is made by `prepare` alone, from the
-suite's snapshot at the commit pinned in `models.lines.suites`, seeded, so a re-run writes the
-same bytes; each line is one case with the suite's own id, functionality and gold label turned
-into a kind (`KINDS`); the suite's licence (CC BY 4.0) lies beside the files. The folder is
-evaluation material: no build module names it (tests/unit/test_models_languages.py reads them
-all), so nothing trains, tunes a threshold or picks a checkpoint on it.
+What it guarantees: the cases are read at evaluation time from a snapshot of the suite's public
+repository (`rewire-online/multilingual-hatecheck`) at the commit `models.lines.suites` pins,
+never from the repository: like HateCheck and HatemojiCheck, the suite is evaluation material the
+team does not hold, so none of it is committed and nothing trains, tunes a threshold or picks a
+checkpoint on it. The same snapshot and seed give the same lines, in the same order; each is one
+case with the suite's own id, functionality and gold label turned into a kind (`KINDS`). A
+missing snapshot, or one without the pinned commit, is a `SnapshotError` (exit status 2).
 
 Why kinds, not the suite's two labels: a chat service acts on insults and leaves talk about
 groups alone, so MHC's "non-hateful" mixes what must be allowed (neutral and positive
@@ -14,7 +15,7 @@ individuals, of non-protected groups, of objects: `not_protected`; swearing at n
 `profanity`) and with stance the model must read (quoting or denouncing hate, negated hate:
 `counter`). Each is reported apart; only `hostile` and `benign` carry the issue's goals.
 
-    python -m models.evaluation.mhc GIT_DIR   # a snapshot of rewire-online/multilingual-hatecheck
+    python -m models.evaluation.mhc GIT_DIR   # the lines kept per language and kind
 """
 
 from __future__ import annotations
@@ -31,21 +32,23 @@ from pathlib import Path
 from typing import NamedTuple
 
 from models.lines.suites import SUITES
-from models.sources import labelled
+from moderator.errors import ModeratorError
 
-FOLDER = Path(__file__).resolve().parents[1] / "heldout" / "languages"
+SUITE = "multilingual_hatecheck"
+REPOSITORY, PINNED, (CASES,), _TEXT = SUITES[SUITE]
 SEED = 20261128
 # The suite's file names (`hatecheck_cases_final_<name>.csv`) and ISO 639-1 codes.
 LANGUAGES = {
     "arabic": "ar", "dutch": "nl", "french": "fr", "german": "de", "hindi": "hi",
     "italian": "it", "mandarin": "zh", "polish": "pl", "portuguese": "pt", "spanish": "es",
 }  # fmt: skip
+CODES = tuple(sorted(LANGUAGES.values()))
 HOSTILE, BENIGN, COUNTER, NOT_PROTECTED, PROFANITY = (
     "hostile", "benign", "counter", "not_protected", "profanity",
 )  # fmt: skip
 KINDS = (HOSTILE, BENIGN, COUNTER, NOT_PROTECTED, PROFANITY)
 # Every non-hateful functionality of the suite and the kind it counts as; a hateful case (label
-# `hateful`, functionality `*_h`) is `hostile`. An unknown functionality stops `prepare`.
+# `hateful`, functionality `*_h`) is `hostile`. An unknown functionality stops the reading.
 NON_HATEFUL = {
     "ident_neutral_nh": BENIGN,
     "ident_pos_nh": BENIGN,
@@ -57,11 +60,15 @@ NON_HATEFUL = {
     "target_group_nh": NOT_PROTECTED,
     "profanity_nh": PROFANITY,
 }
-# Cases kept per functionality (all when fewer): the suite holds ~2,500 hateful cases a language
-# (3.7 MB for all ten); 22 from each of its 18-20 hateful functionalities keeps ~420 hostile lines
-# a language, every functionality present. `benign`, `not_protected` and `profanity` are kept whole.
+# Cases kept per functionality (all when fewer): the suite holds ~2,500 hateful cases a language;
+# 22 from each of its 18-20 hateful functionalities keeps ~400 hostile lines a language, every
+# functionality present, and a run of the model on all ten languages short (~13,000 lines).
+# `benign`, `not_protected` and `profanity` are kept whole.
 PER_FUNCTIONALITY = {HOSTILE: 22, COUNTER: 100}
-COLUMNS = ("id", "functionality", "kind", "target", "agreed", "text")
+
+
+class SnapshotError(ModeratorError):
+    """The suite's snapshot is missing, lacks the pinned commit or one of its case files."""
 
 
 class Case(NamedTuple):
@@ -119,64 +126,93 @@ def select(language: str, rows: Iterable[dict[str, str]]) -> list[Case]:
     return kept
 
 
-def to_tsv(cases: Sequence[Case]) -> str:
-    """One language's file: a header, then a case a line (texts hold no tab or line break)."""
-    rows = [
-        (c.id, c.functionality, c.kind, c.target, "yes" if c.agreed else "no", c.text)
-        for c in cases
-    ]
-    return labelled.write_tsv(rows, COLUMNS)
+def _git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, check=False)
 
 
-def read(folder: Path = FOLDER, languages: Iterable[str] | None = None) -> list[Case]:
-    """Every committed case (of `languages`, default all), in file order; a malformed file is
-    an error naming its line."""
-    wanted = sorted(LANGUAGES.values()) if languages is None else list(languages)
+def check_snapshot(git_dir: Path, commit: str = PINNED) -> None:
+    """Refuse, naming what to fetch, a `git_dir` that is no git repository or lacks `commit`."""
+    if not git_dir.is_dir() or _git(git_dir, "rev-parse", "--git-dir").returncode:
+        raise SnapshotError(f"{git_dir}: not a git repository (a snapshot of {REPOSITORY})")
+    if _git(git_dir, "cat-file", "-e", f"{commit}^{{commit}}").returncode:
+        raise SnapshotError(f"{git_dir}: no commit {commit} (the one {REPOSITORY} is pinned at)")
+
+
+def read(git_dir: Path, languages: Iterable[str] | None = None, commit: str = PINNED) -> list[Case]:
+    """The cases kept (`select`) of `languages` (default all, by code), read from the suite's
+    case files in the snapshot at `commit` (default: the pinned one)."""
+    check_snapshot(git_dir, commit)
+    names = {code: name for name, code in LANGUAGES.items()}
     cases: list[Case] = []
-    for code in wanted:
-        path = folder / f"{code}.tsv"
-        lines = path.read_text(encoding="utf-8").splitlines()
-        if not lines or tuple(lines[0].split("\t")) != COLUMNS:
-            raise ValueError(f"{path}: the header must be {' '.join(COLUMNS)}")
-        for number, line in enumerate(lines[1:], start=2):
-            cells = line.split("\t")
-            if len(cells) != len(COLUMNS) or cells[2] not in KINDS or cells[4] not in ("yes", "no"):
-                raise ValueError(f"{path}:{number}: not a case: {line!r}")
-            ident, functionality, kind, target, agreed, text = cells
-            cases.append(Case(code, ident, functionality, kind, target, agreed == "yes", text))
+    for code in CODES if languages is None else languages:
+        if code not in names:
+            raise ValueError(f"unknown language {code!r}: one of {' '.join(CODES)}")
+        path = CASES.replace("*", f"hatecheck_cases_final_{names[code]}")
+        shown = _git(git_dir, "show", f"{commit}:{path}")
+        if shown.returncode:
+            raise SnapshotError(f"{git_dir}: no {path!r} at {commit}")
+        text = shown.stdout.decode("utf-8-sig")
+        cases += select(code, csv.DictReader(io.StringIO(text)))
     return cases
 
 
-def _git_show(git_dir: Path, commit: str, path: str) -> bytes:
-    return subprocess.run(
-        ["git", f"--git-dir={git_dir}", "show", f"{commit}:{path}"],
-        capture_output=True,
-        check=True,
-    ).stdout
-
-
-def prepare(git_dir: Path, folder: Path = FOLDER) -> dict[str, list[Case]]:
-    """Write each language's TSV and the suite's LICENSE into `folder` from the snapshot."""
-    _repo, commit, (pattern,), _column = SUITES["multilingual_hatecheck"]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "LICENSE").write_bytes(_git_show(git_dir, commit, "LICENSE"))
-    written: dict[str, list[Case]] = {}
-    for name, code in sorted(LANGUAGES.items(), key=lambda item: item[1]):
-        path = pattern.replace("*", f"hatecheck_cases_final_{name}")
-        text = _git_show(git_dir, commit, path).decode("utf-8-sig")
-        written[code] = select(code, csv.DictReader(io.StringIO(text)))
-        (folder / f"{code}.tsv").write_text(to_tsv(written[code]), encoding="utf-8")
-    return written
+def datasheet_section() -> list[str]:
+    """DATA.md's section on these lines (`models.reports.datasheet`): the rule in this module's
+    constants; the counts are what `_main` prints at the pinned commit."""
+    hostile, counter = PER_FUNCTIONALITY[HOSTILE], PER_FUNCTIONALITY[COUNTER]
+    return [
+        "## Held-out lines per language (issue 40): evaluation only",
+        "",
+        "Multilingual HateCheck (`mhc`: functional test cases for hate speech detection written"
+        " per language by native-speaking experts from HateCheck's templates, Hindi in Latin"
+        " script, each with its functionality, target group, gold label and three annotators'"
+        f" labels; Röttger, Seelawi, Nozza, Talat and Vidgen, WOAH 2022;"
+        f" `{REPOSITORY}` @ `{PINNED[:7]}`, the commit `models/lines/suites.py` pins,"
+        f" `{CASES}`, CC BY 4.0) is the validation per language of issue 40:"
+        " `python -m models.evaluation.languages --mhc GIT_DIR --model DIR` reads the cases"
+        " from a snapshot of that repository at evaluation time and judges the model on them"
+        " in each of its ten languages (`" + " ".join(CODES) + "`): hostile caught >= 80% and"
+        " benign flagged <= 3%. Like HateCheck it stays outside the repository and out of"
+        " every build: none of it is committed, and it is never trained on, never used to"
+        " tune a threshold or pick a checkpoint.",
+        "",
+        "What is kept, and why (`models/evaluation/mhc.py`, seeded: the same snapshot gives the"
+        " same lines): the suite's two labels become kinds a chat service can be held to."
+        f" **hostile**: every hateful functionality, {hostile} cases drawn from each."
+        " **benign**: every neutral and positive statement about a protected group"
+        " (`ident_neutral_nh`, `ident_pos_nh`): what the service must leave alone."
+        f" **counter**: counter-speech and negation ({counter} of each of `counter_quote_nh`,"
+        " `counter_ref_nh`, `negate_neg_nh`), a harder stance figure with no goal."
+        " **not_protected** (`target_obj_nh`, `target_indiv_nh`, `target_group_nh`) and"
+        " **profanity** (`profanity_nh`): abuse of a person or a non-protected group, and"
+        " swearing, which a chat moderation product may act on, so neither benign nor hostile"
+        " here: reported apart, no goal. Whitespace is collapsed, a text kept once, and a text"
+        " the suite gives two kinds is dropped. Lines per language (hostile / benign / counter"
+        " / not protected / profanity, as `python -m models.evaluation.mhc GIT_DIR` counts"
+        " them): ar 396 / 350 / 300 / 193 / 100; de, es, it, nl, pl 396 / 350 / 300 / 195 /"
+        " 100; fr 396 / 349 / 300 / 195 / 100; hi 396 / 350 / 300 / 194 / 100; pt 396 / 353 /"
+        " 300 / 195 / 100; zh 352 / 350 / 300 / 195 / 100 (13,365 lines). The suite's"
+        " annotators' majority doubts the gold label of 1,341 of them, 577 French (153 of"
+        " French's 349 benign lines); figures use the gold label. Real non-English chat with a"
+        " licence was looked for: cardiffnlp/xlm-t's UMSAB tweets carry no licence in the"
+        " repository, so they are not used.",
+    ]
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m models.evaluation.mhc", description=__doc__)
-    parser.add_argument("git_dir", type=Path, help="a snapshot of the suite's repository")
+    parser.add_argument("git_dir", type=Path, help=f"a snapshot of {REPOSITORY}")
     args = parser.parse_args(argv)
-    for code, cases in prepare(args.git_dir).items():
-        counts = {kind: sum(c.kind == kind for c in cases) for kind in KINDS}
-        print(code, " ".join(f"{kind} {n}" for kind, n in counts.items()))
-    print(FOLDER)
+    try:
+        cases = read(args.git_dir)
+    except SnapshotError as error:
+        parser.error(str(error))
+    for code in CODES:
+        mine = [c for c in cases if c.language == code]
+        counts = " ".join(f"{kind} {sum(c.kind == kind for c in mine)}" for kind in KINDS)
+        doubted = sum(not c.agreed for c in mine)
+        print(f"{code} {counts} (gold label doubted: {doubted})")
+    print(f"{len(cases):,} lines; gold label doubted: {sum(not c.agreed for c in cases):,}")
     return 0
 
 

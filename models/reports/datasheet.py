@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from models.evaluation import mhc
 from models.files import MODELS_DIR
 from models.lines import corpus, identity, realdata, verdicts
 from models.sources import archives, labelled
@@ -57,8 +58,9 @@ EVAL_ONLY_SUITES = (
     " al. 2023): test split only; it neither trains nor tunes, so its figures in REPORT.md"
     " are held out like HateCheck's would be.",
     "- HatemojiCheck (Kirk et al. 2022, `HatemojiCheck/` beside HatemojiBuild) and"
-    " Multilingual HateCheck (Röttger et al. 2022, `rewire-online/multilingual-hatecheck`):"
-    " like HateCheck, kept outside the repository, never trained, tuned or picked on.",
+    " Multilingual HateCheck (Röttger et al. 2022, `rewire-online/multilingual-hatecheck`, the"
+    " validation per language below): like HateCheck, kept outside the repository, never"
+    " trained, tuned or picked on.",
     "- The labelled sources' test splits above and the insult comments: report only. The"
     " test lines of the five sources read before the stance sources joined are written down"
     " (`models/data/labelled/test_lines.tsv`, 15,229 lines by source and id) and a unit test"
@@ -333,6 +335,8 @@ def render(
         "## Public test suites: evaluation only",
         "",
         *EVAL_ONLY_SUITES,
+        "",
+        *mhc.datasheet_section(),
         "",
         *_decontamination(),
         "",

@@ -1,10 +1,13 @@
-"""Issue 40's language validation: the held-out files, their separation from the build, the
-figures and pass/fail per language, and that the real model is judged as the service decides."""
+"""Issue 40's language validation: the suite read from its snapshot at a pinned commit (never
+from the repository), its separation from the build, the figures and pass/fail per language, and
+that the real model is judged as the service decides. No test needs the suite: a small snapshot
+laid out like it is made here."""
 
 from __future__ import annotations
 
-import ast
-from collections import Counter
+import csv
+import io
+import subprocess
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,30 +18,18 @@ import models
 from models.evaluation import languages, mhc
 from models.evaluation.languages import Decision, Figures
 from models.evaluation.mhc import BENIGN, COUNTER, HOSTILE, NON_HATEFUL, Case
+from models.reports import datasheet
 from moderator.decide.screen import Reader, decide_texts
 from moderator.policy.rules import ALLOW, Policy
-from tests.imports import import_graph, module_files
+from tests.imports import import_graph
 
 PACKAGE = Path(models.__file__).parent
 EVALUATION_ONLY = {"models.evaluation.mhc", "models.evaluation.languages"}
-
-
-def test_each_language_has_enough_held_out_lines_of_the_suite_only() -> None:
-    cases = mhc.read()
-    assert {c.language for c in cases} == set(mhc.LANGUAGES.values())
-    for code in mhc.LANGUAGES.values():
-        kinds = Counter(c.kind for c in cases if c.language == code)
-        assert kinds[HOSTILE] >= max(languages.MIN_HOSTILE, 300), code
-        assert kinds[BENIGN] >= languages.MIN_BENIGN, code
-        mine = [c for c in cases if c.language == code]
-        assert len({c.text for c in mine}) == len(mine), code
-    assert len({c.id for c in cases}) == len(cases)
-    expected = [
-        HOSTILE if c.functionality.endswith("_h") else NON_HATEFUL[c.functionality] for c in cases
-    ]
-    assert [c.kind for c in cases] == expected
-    licence = (mhc.FOLDER / "LICENSE").read_text(encoding="utf-8")
-    assert licence.startswith("Attribution 4.0 International")
+# The suite's columns, as its case files have them (more than the reader needs).
+SUITE_COLUMNS = (
+    "mhc_case_id", "functionality", "test_case", "label_gold", "target_ident", "ref_case_id",
+    "label_annotated_maj",
+)  # fmt: skip
 
 
 def _row(ident: str, functionality: str, label: str, text: str) -> dict[str, str]:
@@ -69,14 +60,96 @@ def test_selection_is_seeded_bounded_and_drops_repeats_and_doubtful_texts() -> N
         mhc.select("de", [_row("y", "spam_nh", "non-hateful", "buy now")])
 
 
-def test_a_malformed_file_is_refused_naming_its_line(tmp_path: Path) -> None:
-    (tmp_path / "de.tsv").write_text("text\nhallo\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="header"):
-        mhc.read(tmp_path, ["de"])
-    header = "\t".join(mhc.COLUMNS)
-    (tmp_path / "de.tsv").write_text(f"{header}\nd-1\tx_h\tmaybe\t\tyes\thallo\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"de\.tsv:2"):
-        mhc.read(tmp_path, ["de"])
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, check=True, text=True
+    ).stdout.strip()
+
+
+def _commit(repo: Path, files: dict[str, list[dict[str, str]]]) -> str:
+    """Commit the suite's case files (language name: rows) into `repo`; return the commit."""
+    folder = repo / mhc.CASES.rpartition("/")[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in files.items():
+        out = io.StringIO()
+        writer = csv.DictWriter(out, SUITE_COLUMNS, restval="", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        (folder / f"hatecheck_cases_final_{name}.csv").write_bytes(
+            b"\xef\xbb\xbf" + out.getvalue().encode("utf-8")  # the suite's files open with a BOM
+        )
+    _git(repo, "add", "-A")
+    _git(
+        repo,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "-c",
+        "commit.gpgsign=false",
+        "commit",
+        "-q",
+        "-m",
+        "cases",
+    )
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> Path:
+    repo = tmp_path / "multilingual-hatecheck"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    return repo
+
+
+def _suite_rows(prefix: str, hostile: int) -> list[dict[str, str]]:
+    rows = [
+        _row(f"{prefix}-{i}", "threat_dir_h", "hateful", f"{prefix} {i}") for i in range(hostile)
+    ]
+    rows += [_row(f"{prefix}-b", "ident_pos_nh", "non-hateful", f"{prefix}  lieb")]
+    rows[0]["label_annotated_maj"] = "non-hateful"  # the annotators doubt one gold label
+    return rows
+
+
+def test_the_cases_are_read_from_the_snapshot_at_the_commit_given(snapshot: Path) -> None:
+    rows = {
+        name: _suite_rows(code, 30 if code == "de" else 5) for name, code in mhc.LANGUAGES.items()
+    }
+    first = _commit(snapshot, rows)
+    _commit(snapshot, {"german": _suite_rows("neu", 3)})  # a later commit changes German
+    cases = mhc.read(snapshot / ".git", commit=first)
+    by_code = {code: rows[name] for name, code in mhc.LANGUAGES.items()}
+    assert cases == [case for code in sorted(by_code) for case in mhc.select(code, by_code[code])]
+    assert [c.language for c in cases].count("de") == mhc.PER_FUNCTIONALITY[HOSTILE] + 1
+    assert ("de-b", "de lieb") in {(c.id, c.text) for c in cases}
+    assert not next(c for c in cases if c.id == "es-0").agreed
+    assert mhc.read(snapshot / ".git", ["es"], commit=first) == mhc.select("es", by_code["es"])
+    later = mhc.read(snapshot / ".git", ["de"], commit="HEAD")
+    assert {c.text for c in later} == {"neu 0", "neu 1", "neu 2", "neu lieb"}
+
+
+def test_a_missing_snapshot_commit_or_file_is_a_clear_error(snapshot: Path) -> None:
+    commit = _commit(snapshot, {"german": _suite_rows("de", 3)})
+    with pytest.raises(mhc.SnapshotError, match="not a git repository"):
+        mhc.read(snapshot / "missing")
+    with pytest.raises(mhc.SnapshotError, match=f"no commit {mhc.PINNED}"):
+        mhc.read(snapshot / ".git")  # the default is the pinned commit, which this one lacks
+    with pytest.raises(mhc.SnapshotError, match=r"hatecheck_cases_final_french\.csv"):
+        mhc.read(snapshot / ".git", ["fr"], commit=commit)
+    with pytest.raises(ValueError, match="unknown language 'en'"):
+        mhc.read(snapshot / ".git", ["en"], commit=commit)
+
+
+@pytest.mark.parametrize("where", ["missing", ".git"])
+def test_the_validation_stops_with_status_2_on_a_bad_snapshot(
+    snapshot: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _commit(snapshot, {"german": _suite_rows("de", 3)})
+    with pytest.raises(SystemExit) as stopped:
+        languages._main(["--mhc", str(snapshot / where), "--model", str(snapshot)])
+    assert stopped.value.code == 2
+    assert str(snapshot / where) in capsys.readouterr().err
 
 
 def _figures(caught: int, hostile: int, flagged: int, benign: int) -> Figures:
@@ -157,39 +230,39 @@ def test_the_functionality_breakdown_puts_each_figure_under_its_language() -> No
     ]
 
 
-def naming_the_folder(files: dict[str, Path]) -> list[str]:
-    """The modules that name the held-out folder in a string ("heldout" or ".../heldout/...")."""
-    found = []
-    for name, path in sorted(files.items()):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            value = node.value if isinstance(node, ast.Constant) else None
-            if isinstance(value, str) and (value == "heldout" or "heldout/" in value):
-                found.append(name)
-                break
-    return found
-
-
-def test_no_build_module_reads_the_held_out_folder_or_its_evaluation() -> None:
-    """Only the evaluation's own two modules name the folder or import them: the build (sources,
-    lines, training, export, tuning, reports) cannot train, tune or pick on these lines."""
-    files = module_files(PACKAGE)
-    naming = naming_the_folder(files)
-    assert "models.evaluation.mhc" in naming  # where FOLDER is
-    assert set(naming) <= EVALUATION_ONLY
+def test_nothing_that_builds_a_model_imports_the_suite_reading() -> None:
+    """Only the evaluation's own two modules import them, and the datasheet, which takes its
+    section's text: sources, lines, training, export and tuning cannot train, tune or pick on
+    the suite's cases."""
     importers = {
         name for name, imported in import_graph(PACKAGE).items() if imported & EVALUATION_ONLY
     }
-    assert importers <= EVALUATION_ONLY
-    for build_folder in ("data", "sources"):
-        assert not mhc.FOLDER.is_relative_to(PACKAGE / build_folder)
+    assert importers <= EVALUATION_ONLY | {"models.reports.datasheet"}
+    assert "models.evaluation.languages" not in import_graph(PACKAGE)["models.reports.datasheet"]
 
 
-def test_the_folder_check_sees_a_module_naming_it(tmp_path: Path) -> None:
-    (tmp_path / "clean.py").write_text('PATH = "data/heldout.tsv"\n')
-    (tmp_path / "sneaky.py").write_text('FOLDER = ROOT / "heldout" / "languages"\n')
-    (tmp_path / "joined.py").write_text('FOLDER = "models/heldout/languages"\n')
-    files = {p.stem: p for p in tmp_path.glob("*.py")}
-    assert naming_the_folder(files) == ["joined", "sneaky"]
+def test_the_datasheet_says_what_the_suite_is_used_for_and_that_it_stays_outside() -> None:
+    text = datasheet.render([], {}, {})
+    section = text[text.index("## Held-out lines per language") :].split("\n## ")[0]
+    assert "python -m models.evaluation.languages --mhc GIT_DIR --model DIR" in section
+    assert "stays outside the repository" in section
+    assert "never trained on, never used to tune a threshold or pick a checkpoint" in section
+    assert f"`{mhc.REPOSITORY}` @ `{mhc.PINNED[:7]}`" in section
+    for functionality in NON_HATEFUL:
+        assert f"`{functionality}`" in section
+
+
+# Lines written for this test (none of the suite's): German and romanized Hindi, hostile and benign.
+OWN_LINES = [
+    ("de", HOSTILE, "Ich hasse diese Leute, sie sollten alle aus unserem Land verschwinden."),
+    ("de", HOSTILE, "Du bist ein widerlicher Idiot und niemand will dich hier haben."),
+    ("de", BENIGN, "Frauen sind genauso klug wie Männer und verdienen denselben Lohn."),
+    ("de", BENIGN, "Unsere neuen Nachbarn kommen aus Syrien und sind sehr freundlich."),
+    ("hi", HOSTILE, "Main in logon se nafrat karta hoon, inko desh se nikal do."),
+    ("hi", HOSTILE, "Tum ek bekaar insaan ho, chale jao yahan se."),
+    ("hi", BENIGN, "Mahilayen bhi purushon jitni hi samajhdar hoti hain."),
+    ("hi", BENIGN, "Hamare padosi bahut achhe log hain aur hamesha madad karte hain."),
+]
 
 
 def test_the_real_model_is_judged_as_the_service_decides_past_its_own_gate(
@@ -198,7 +271,10 @@ def test_the_real_model_is_judged_as_the_service_decides_past_its_own_gate(
     """Where the model's own gate names no other language, the evaluation's decision is the
     service's; where it does, the service sends the line to review and the evaluation still
     lets the model decide."""
-    cases = [c for c in mhc.read(languages=["de", "hi"]) if c.kind in (HOSTILE, BENIGN)][::40]
+    cases = [
+        Case(code, str(i), "", kind, "", True, text)
+        for i, (code, kind, text) in enumerate(OWN_LINES)
+    ]
     decided = languages.decide(model_dir, None, cases)
     served = decide_texts(reader, Policy.load(), [c.text for c in cases])
     bare = decide_texts(Reader(reader.classifier), Policy.load(), [c.text for c in cases])
