@@ -164,7 +164,7 @@ class Settings:
     shadow_model: Path | None = None
     shadow_topic: str = "chat.shadow"
     shadow_threads: int = 1
-    shadow_cpus: str = ""
+    shadow_cpus: frozenset[int] = frozenset()  # any
     shadow_queue: int = 1000
     rollout_topic: str = "chat.rollout"
 
@@ -226,11 +226,6 @@ class Settings:
             raise bad("denylist", f"{self.denylist} is not a file")
         if self.policy is not None and not self.policy.is_file():
             raise bad("policy", f"{self.policy} is not a file")
-        if self.shadow_cpus:
-            try:
-                cpu_list(self.shadow_cpus)
-            except ValueError as exc:
-                raise bad("shadow_cpus", str(exc)) from None
         if self.shadow_model is not None and not (self.shadow_model / "manifest.json").is_file():
             raise bad("shadow_model", f"{self.shadow_model} has no manifest.json")
 
@@ -328,20 +323,13 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-def _path(raw: str) -> Path:
-    return Path(raw).expanduser()
-
-
-def _optional_path(raw: str) -> Path | None:
-    return Path(raw).expanduser() if raw else None
-
-
 # How a string from the environment or a flag becomes each setting, by its resolved type.
 _PARSERS: dict[object, Callable[[str], Any]] = {
     int: int,
     float: float,
-    Path: _path,
-    Path | None: _optional_path,
+    Path: lambda raw: Path(raw).expanduser(),
+    Path | None: lambda raw: Path(raw).expanduser() if raw else None,
+    frozenset[int]: lambda raw: cpu_list(raw) if raw.strip() else frozenset(),
 }
 _TYPES = typing.get_type_hints(Settings)
 
@@ -354,5 +342,9 @@ def _convert(f: dataclasses.Field[Any], raw: Any, env_name: str) -> Any:
     try:
         return parse(raw)
     except ValueError:
-        name = getattr(kind, "__name__", str(kind))
+        name = (
+            "CPU list (1, 0,2 or 2-3)"
+            if kind == frozenset[int]
+            else getattr(kind, "__name__", kind)
+        )
         raise ConfigError(f"{env_name}: {raw!r} is not a valid {name}") from None

@@ -46,7 +46,6 @@ from moderator.shadow import process
 from moderator.shadow.agreement import TOPIC_CONFIG, Primary, compare, disagreement_record
 from moderator.shadow.process import THREAD_NAME, read_texts
 from moderator.tasks import cancel
-from moderator.threads import cpu_list
 
 log = logging.getLogger(__name__)
 
@@ -246,5 +245,5 @@ async def shadow_for(settings: Settings, metrics: ShadowMetrics, producer: Sende
         topic=s.shadow_topic,
         queue_size=s.shadow_queue,
         threads=s.shadow_threads,
-        cpus=cpu_list(s.shadow_cpus) if s.shadow_cpus else frozenset(),
+        cpus=s.shadow_cpus,
     )
