@@ -77,6 +77,13 @@ def log_flags(parser: argparse.ArgumentParser, default: object = None) -> None:
     )
 
 
+def _shown(default: object) -> object:
+    """A setting's default as its flag's help shows it (a CPU set in taskset's notation)."""
+    if isinstance(default, frozenset):
+        return ",".join(str(cpu) for cpu in sorted(default)) or "any"
+    return default
+
+
 def add_setting_flags(parser: argparse.ArgumentParser, only: Collection[str] = ()) -> None:
     """One `--flag` per setting (`only` those named, if any: a command offers the settings it
     reads), each defaulting to 'not given' so the environment applies."""
@@ -89,7 +96,7 @@ def add_setting_flags(parser: argparse.ArgumentParser, only: Collection[str] = (
             dest=f.name,
             default=None,
             metavar=f.name.split("_")[-1].upper(),
-            help=f"{HELP[f.name]} [{env_name}, default: {f.default}]",
+            help=f"{HELP[f.name]} [{env_name}, default: {_shown(f.default)}]",
         )
 
 
