@@ -21,8 +21,6 @@ individuals, of non-protected groups, of objects: `not_protected`; swearing at n
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import random
 import subprocess
 import sys
@@ -31,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from models.lines.suites import SUITES
+from models.lines.suites import SUITES, case_rows
 from moderator.errors import ModeratorError
 
 SUITE = "multilingual_hatecheck"
@@ -148,11 +146,10 @@ def read(git_dir: Path, languages: Iterable[str] | None = None, commit: str = PI
         if code not in names:
             raise ValueError(f"unknown language {code!r}: one of {' '.join(CODES)}")
         path = CASES.replace("*", f"hatecheck_cases_final_{names[code]}")
-        shown = _git(git_dir, "show", f"{commit}:{path}")
-        if shown.returncode:
-            raise SnapshotError(f"{git_dir}: no {path!r} at {commit}")
-        text = shown.stdout.decode("utf-8-sig")
-        cases += select(code, csv.DictReader(io.StringIO(text)))
+        try:
+            cases += select(code, case_rows(git_dir, commit, path))
+        except FileNotFoundError as exc:
+            raise SnapshotError(str(exc)) from None
     return cases
 
 

@@ -59,13 +59,19 @@ def suite_texts(name: str, git_dir: Path) -> list[str]:
     ).stdout.splitlines()
     texts = []
     for path in (p for p in listed if any(fnmatch.fnmatch(p, g) for g in globs)):
-        data = subprocess.run(
-            ["git", f"--git-dir={git_dir}", "show", f"{commit}:{path}"],
-            capture_output=True,
-            check=True,
-        ).stdout.decode("utf-8-sig")
-        texts += [row[column] for row in csv.DictReader(io.StringIO(data)) if row[column]]
+        texts += [row[column] for row in case_rows(git_dir, commit, path) if row[column]]
     return texts
+
+
+def case_rows(git_dir: Path, commit: str, path: str) -> list[dict[str, str]]:
+    """The rows of one CSV case file (a byte-order mark allowed) in a snapshot at `commit`;
+    FileNotFoundError where the snapshot has no such file there."""
+    shown = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "show", f"{commit}:{path}"], capture_output=True
+    )
+    if shown.returncode:
+        raise FileNotFoundError(f"{git_dir}: no {path!r} at {commit}")
+    return list(csv.DictReader(io.StringIO(shown.stdout.decode("utf-8-sig"))))
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
