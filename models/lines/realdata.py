@@ -63,7 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.lines import corpus, overlap
-from models.sources import archives, labelled
+from models.sources import archives, labelled, multilingual
 from moderator.normalize import normalize_text
 
 SPLITS = ("train", "dev", "test")
@@ -345,6 +345,31 @@ def labelled_lines(directory: Path | None = None) -> list[Line]:
         + _hatexplain(labelled.hatexplain(directory))
         + _sbic(labelled.sbic(directory))
     )
+
+
+# --- Non-English labelled sources (issue 40, item 3): the e5 recipe's only ---------------------
+
+
+def multilingual_lines(directory: Path | None = None) -> list[Line]:
+    """The non-English labelled sources (`models.sources.multilingual`: their families and gold
+    targets, lines overlapping Multilingual HateCheck already left out) as lines, split by the
+    same hash as every labelled source (a contrastive pair by its name, like HatemojiBuild's).
+
+    Not part of `load`, on purpose: the MiniLM recipe (an English tokenizer) and the English dev
+    pools that choose the policy's thresholds never see them. The e5 recipe trains on their train
+    split (`models.training.encoders.training_lines`); dev and test are held out for the figures
+    per language, never tuned on.
+    """
+    lines = [
+        Line(r.text, r.source, split_of(r.split_key), r.hostile, r.family, _target(**r.target))
+        for r in multilingual.rows(directory)
+    ]
+    # A contrastive pair's split is its name's, not its text's: a text held out anywhere is
+    # never trained on (2 train lines at the pinned commits repeat a dev or test line).
+    held = {normalize_text(ln.text).lower() for ln in lines if ln.split != "train"}
+    return [
+        ln for ln in lines if ln.split != "train" or normalize_text(ln.text).lower() not in held
+    ]
 
 
 def group_neutral(lines: Sequence[Line], split: str) -> list[Line]:
