@@ -209,3 +209,42 @@ def test_no_held_out_text_is_trained_on() -> None:
     assert {ln.source for ln in lines} == {
         "cold_zh", "gahd_de", "germeval_de", "mlma_ar", "mlma_fr", "trac_hi",
     }  # fmt: skip
+
+
+def _english(text: str, split: str, toxic: bool) -> realdata.Line:
+    target = tuple(1.0 if toxic and lb in ("toxicity", "insult") else 0.0 for lb in LABELS)
+    return realdata.Line(text, "toxigen", split, toxic, "hate" if toxic else "neutral", target)
+
+
+def test_the_e5_recipe_gains_the_train_split_and_minilm_is_unchanged(
+    fixture_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from models.training import encoders
+
+    monkeypatch.setenv(labelled.DATA_ENV, str(fixture_dir))
+    real = [
+        _english("you people are vermin", "train", True),
+        _english("nice game", "train", False),
+        _english("held out line", "dev", False),
+    ]
+    shared = realdata.training_lines(real)
+    assert encoders.training_lines("minilm", real) == shared
+    counts: dict[str, dict[str, int]] = {}
+    e5 = encoders.training_lines("e5", real, counts=counts)
+    assert e5[: len(shared)] == shared
+    lines = realdata.multilingual_lines()
+    train = [ln for ln in lines if ln.split == "train"]
+    assert train  # the fixture holds train lines
+    assert Counter(t for t, _ in e5[len(shared) :]) == {
+        ln.text: 2 if ln.toxic else 1 for ln in train
+    }  # hostile lines twice, like every labelled source's
+    assert dict(e5[len(shared) :]) == {ln.text: ln.target for ln in train}  # gold, not distilled
+    held = {ln.text for ln in lines if ln.split != "train"}
+    assert not held & {t for t, _ in e5}
+    assert sum(c["lines"] for name, c in counts.items() if "_" in name) == len(train)
+
+
+def test_the_english_sources_and_their_pools_hold_no_non_english_source() -> None:
+    assert not set(multilingual.SOURCES) & set(labelled.SOURCES)
+    names = {f"{name}_" for name in multilingual.SOURCES}
+    assert not any(ln.source.startswith(tuple(names)) for ln in realdata.labelled_lines())
