@@ -10,7 +10,7 @@ from typing import Any
 from models.evaluation import mhc
 from models.files import MODELS_DIR
 from models.lines import corpus, identity, realdata, verdicts
-from models.sources import archives, labelled
+from models.sources import archives, labelled, multilingual
 
 DATA_FILE = MODELS_DIR / "DATA.md"
 
@@ -340,6 +340,8 @@ def render(
         "",
         *_decontamination(),
         "",
+        *multilingual.datasheet_section(_multilingual_counts(), trained),
+        "",
         "## Tried and dropped",
         "",
         *DROPPED,
@@ -364,6 +366,10 @@ def _decontamination() -> list[str]:
         f" Left out: {listed}. SBIC's posts hold Stormfront sentences and Davidson tweets"
         " verbatim, which is most of what it lost.",
     ]
+
+
+def _multilingual_counts() -> Counter[tuple[str, str, str]]:
+    return Counter((ln.source, ln.family, ln.split) for ln in realdata.multilingual_lines())
 
 
 def _rows(path: Path) -> int:

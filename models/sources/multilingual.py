@@ -20,6 +20,7 @@ The TSVs and the overlap list are written by `models.sources.multilingual_prepar
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,6 +29,7 @@ from models.sources import labelled
 from models.sources.labelled import Labelled
 
 COLUMNS = ("text", "language", "label", "detail", "pair")
+SPLITS = ("train", "dev", "test")  # realdata.SPLITS, which imports this module
 OVERLAP_FILE = "multilingual_overlap.tsv"  # (source, id, suite): lines never read
 
 COLD = Labelled(
@@ -48,7 +50,7 @@ COLD = Labelled(
     " topic is an identity group), but an attack on an individual -> insult (`insult`,"
     " `toxicity`); safe and anti-bias (counter-speech) -> benign. Whitespace collapsed,"
     " de-duplicated, a text given two labels dropped",
-    provenance="Deng, Zhou, Sun et al., 'COLD: A Benchmark for Chinese Offensive Language"
+    provenance="Deng, Zhou, Sun, Mi and Huang, 'COLD: A Benchmark for Chinese Offensive Language"
     " Detection', EMNLP 2022",
 )
 GERMEVAL = Labelled(
@@ -87,8 +89,9 @@ TRAC = Labelled(
     " benign; CAG left out (mostly political sarcasm a reader would not call hostile)."
     " @mentions and URLs removed, de-duplicated, a text given two labels dropped. The shared"
     " task's test file is not in the repository",
-    provenance="Kumar, Reganti, Bhatia and Maheshwari, 'Benchmarking Aggression Identification"
-    " in Social Media', TRAC-1 at COLING 2018",
+    provenance="The shared task on aggression identification of TRAC-1 at COLING 2018"
+    " (Kumar, Ojha, Malmasi and Zampieri, 'Benchmarking Aggression Identification in Social"
+    " Media'); the corpus: Kumar, Reganti, Bhatia and Maheshwari, LREC 2018",
 )
 MLMA = Labelled(
     name="mlma",
@@ -210,4 +213,55 @@ def rows(directory: Path | None = None, *, drop: bool = True) -> list[Row]:
             out.append(
                 Row(f"{name}_{language}", name, text, language, family, hostile, target, key)
             )
+    return out
+
+
+def datasheet_section(
+    counts: Mapping[tuple[str, str, str], int], trained: Mapping[str, Mapping[str, int]]
+) -> list[str]:
+    """DATA.md's section on these sources (`models.reports.datasheet`). `counts`: lines per
+    (line source such as `cold_zh`, family, split); `trained`: the build's lines and rude ones
+    per line source (present only when the build was e5's)."""
+    out = [
+        "## Non-English labelled data (issue 40): the e5 recipe only",
+        "",
+        "Five public datasets in six languages, pinned, cleaned and checked like the labelled"
+        " research data above (`models/sources/multilingual.py`, prepared by"
+        " `python -m models.sources.multilingual_prepare`; each TSV beside its repository's"
+        " licence as `LICENSE`). Only `moderator model build --encoder e5` trains on them, on"
+        " their train split (the same hash split as every labelled source; a contrastive pair"
+        " shares one), with the source's label mapped to ours as gold targets, never distilled"
+        " (the teachers read English), hostile lines seen twice. The MiniLM recipe never reads"
+        " them (its tokenizer is English). Their dev and test splits are held out for figures"
+        " per language and never choose a threshold: the English dev pools that tune the"
+        " policy are unchanged. Lines overlapping Multilingual HateCheck (the per-language"
+        f" validation) are listed by id in `models/data/labelled/{OVERLAP_FILE}` and never"
+        " read: equal, containment or a shared run by words, and for Chinese by characters"
+        " (equal letters, or one text inside the other from 7 characters).",
+        "",
+        "| source | repository @ commit | file read (sha256) | made from | licence | lines"
+        " train / dev / test per family | trained on (rude), this build | what | from |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for line_source in sorted({src for src, _, _ in counts}):
+        name = line_source.rsplit("_", 1)[0]
+        s = SOURCES[name]
+        families = sorted({f for src, f, _ in counts if src == line_source})
+        per_family = "<br>".join(
+            f"{fam}: " + " / ".join(f"{counts[(line_source, fam, sp)]:,}" for sp in SPLITS)
+            for fam in families
+        )
+        c = trained.get(line_source)
+        cells = (
+            f"`{line_source}`",
+            f"`{s.repo}` @ `{s.commit[:7]}`",
+            f"`{name}/{s.tsv}` (`{s.sha256[:12]}…`), `{name}/{labelled.LICENCE_FILE}`",
+            "<br>".join(f"`{p}`" for p in s.paths),
+            s.licence,
+            per_family,
+            f"{c['lines']:,} ({c['rude']:,})" if c else "0",
+            s.description,
+            s.provenance,
+        )
+        out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return out

@@ -248,3 +248,15 @@ def test_the_english_sources_and_their_pools_hold_no_non_english_source() -> Non
     assert not set(multilingual.SOURCES) & set(labelled.SOURCES)
     names = {f"{name}_" for name in multilingual.SOURCES}
     assert not any(ln.source.startswith(tuple(names)) for ln in realdata.labelled_lines())
+
+
+def test_the_datasheet_and_third_party_notice_name_every_source_and_its_licence() -> None:
+    from models.reports import datasheet
+
+    section = "\n".join(multilingual.datasheet_section(datasheet._multilingual_counts(), {}))
+    notice = (Path(__file__).parents[2] / "THIRD_PARTY.md").read_text()
+    for source in multilingual.SOURCES.values():
+        assert f"`{source.repo}` @ `{source.commit[:7]}`" in section
+        assert f"`{source.repo}` @ `{source.commit[:7]}`" in notice
+        assert source.licence in section
+    assert "the e5 recipe only" in datasheet.render([], {}, {})
