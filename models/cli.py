@@ -46,7 +46,9 @@ def _build(args: argparse.Namespace) -> int:
     without = tuple(args.without)
     if without:
         _say(f"  left out of training (ablation): {', '.join(without)}")
-    real_train = realdata.training_lines(real, teachers.load_all(), counts=counts, without=without)
+    real_train = encoders.training_lines(
+        args.encoder, real, teachers.load_all(), counts=counts, without=without
+    )  # e5: and the non-English labelled train split, gold targets
     contextual = realdata.in_context(real)
     real_train += contextual
     counts["templates_in_real_messages"] = {"lines": len(contextual), "rude": len(contextual)}

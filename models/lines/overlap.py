@@ -10,16 +10,17 @@ Every check is a set lookup of hashed word runs, so tens of thousands of lines t
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 
+from models.sources.lineids import SUITE_OVERLAP_COLUMNS, line_id
 from moderator.normalize import normalize_text
+
+__all__ = ["SUITE_OVERLAP_COLUMNS", "Overlap", "line_id", "words"]
 
 RUN = 8  # a shared run of this many words is the same text quoted
 MIN_CONTAINED = 4  # a shorter text held whole counts from this many words (equal texts always)
 TEST_LINES = "test_lines.tsv"  # the fixed evaluation pools: source, line id
 SUITE_OVERLAP = "suite_overlap.tsv"  # stance lines that overlap a public suite
-SUITE_OVERLAP_COLUMNS = ("source", "id", "suite")
 
 
 def words(text: str) -> tuple[str, ...]:
@@ -64,10 +65,3 @@ class Overlap:
         if len(seq) >= RUN and any(g in self._inner for g in _grams(seq, RUN, RUN)):
             return True  # a shared run (or a longer evaluation text inside the line)
         return any(g in self._short for g in _grams(seq, MIN_CONTAINED, RUN - 1))
-
-
-def line_id(source: str, text: str) -> str:
-    """A line's name in the committed lists (test_lines.tsv, suite_overlap.tsv): its source
-    and the first 16 hex digits of the sha256 of its normalised lower-case text."""
-    key = f"{source}\0{normalize_text(text).lower()}".encode()
-    return hashlib.sha256(key).hexdigest()[:16]

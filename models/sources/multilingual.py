@@ -15,7 +15,7 @@ family and targets; its rules are in each source's description. Lines that overl
 HateCheck, the public suite the per-language validation is judged on, are listed by id in
 `multilingual_overlap.tsv` (found once from the suite's snapshot: `overlap` below) and never read.
 
-The TSVs and the overlap list are written by `models.sources.multilingual_prepare`.
+The TSVs and the overlap list are written by `models.lines.multilingual_prepare`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from models.lines.overlap import SUITE_OVERLAP_COLUMNS, line_id
 from models.sources import labelled
 from models.sources.labelled import Labelled
+from models.sources.lineids import SUITE_OVERLAP_COLUMNS, line_id
 
 COLUMNS = ("text", "language", "label", "detail", "pair")
 SPLITS = ("train", "dev", "test")  # realdata.SPLITS, which imports this module
@@ -227,7 +227,7 @@ def datasheet_section(
         "",
         "Five public datasets in six languages, pinned, cleaned and checked like the labelled"
         " research data above (`models/sources/multilingual.py`, prepared by"
-        " `python -m models.sources.multilingual_prepare`; each TSV beside its repository's"
+        " `python -m models.lines.multilingual_prepare`; each TSV beside its repository's"
         " licence as `LICENSE`). Only `moderator model build --encoder e5` trains on them, on"
         " their train split (the same hash split as every labelled source; a contrastive pair"
         " shares one), with the source's label mapped to ours as gold targets, never distilled"

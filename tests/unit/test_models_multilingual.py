@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from models.lines import corpus, overlap, realdata
+from models.lines import multilingual_prepare as prep
 from models.sources import labelled, multilingual
-from models.sources import multilingual_prepare as prep
 from moderator.normalize import normalize_text
 
 LABELS = corpus.LABELS

@@ -9,8 +9,8 @@ containment from 4 words, a shared run of 8) for text with spaces; Chinese has n
 one text is one "word" and only exact equality would count: a zh line is compared on its
 characters instead (`_CharOverlap`).
 
-    python -m models.sources.multilingual_prepare prepare cold=GIT_DIR gahd=GIT_DIR ... [--out DIR]
-    python -m models.sources.multilingual_prepare overlap MHC_GIT_DIR
+    python -m models.lines.multilingual_prepare prepare cold=GIT_DIR gahd=GIT_DIR ... [--out DIR]
+    python -m models.lines.multilingual_prepare overlap MHC_GIT_DIR
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def overlap(mhc_git_dir: Path, directory: Path | None = None) -> list[tuple[str,
 
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m models.sources.multilingual_prepare", description=__doc__
+        prog="python -m models.lines.multilingual_prepare", description=__doc__
     )
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="clean the datasets out of repository snapshots")
