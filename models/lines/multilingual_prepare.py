@@ -3,7 +3,7 @@ the lines that overlap Multilingual HateCheck (the public suite the per-language
 judged on), which the reader then never returns.
 
 Each `prepare_*` undoes what its source does to text (mentions, URLs, line-break markers) with
-`labelled`'s own cleaning, then `labelled._without_conflicts` keeps a text once and drops one
+`labelled`'s own cleaning, then `labelled.without_conflicts` keeps a text once and drops one
 given two labels. The overlap rule is `models.lines.overlap`'s (equal after normalising,
 containment from 4 words, a shared run of 8) for text with spaces; Chinese has none, so there
 one text is one "word" and only exact equality would count: a zh line is compared on its
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import html
 import io
 import re
@@ -57,7 +58,7 @@ def prepare_cold(show: Show) -> list[list[str]]:
     out = []
     for path in COLD.paths:
         for row in _csv(show, path):
-            text = labelled._collapse(html.unescape(row["TEXT"]))
+            text = labelled.collapse(html.unescape(row["TEXT"]))
             if len(text) > COLD_MAX_CHARS:
                 continue
             label = "offensive" if row["label"] == "1" else "safe"
@@ -121,7 +122,7 @@ def prepare_gahd(show: Show) -> list[list[str]]:
     for r in kept:
         pair = root(r["gahd_id"])
         label = "hate" if r["label"] == "1" else "not_hate"
-        out.append([labelled._collapse(r["text"]), "de", label, r["source"],
+        out.append([labelled.collapse(r["text"]), "de", label, r["source"],
                     pair if pair in paired else ""])  # fmt: skip
     return out
 
@@ -138,10 +139,10 @@ PREPARE: dict[str, Callable[[Show], list[list[str]]]] = {
 def prepare(name: str, git_dir: Path, out: Path) -> Path:
     """Write `<out>/<name>/<name>.tsv` and the repository's licence as LICENSE."""
     source = SOURCES[name]
-    show = labelled._git_show(git_dir, source.commit)
+    show = labelled.git_show(git_dir, source.commit)
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    cleaned = labelled._without_conflicts(PREPARE[name](show), label_at=2)
+    cleaned = labelled.without_conflicts(PREPARE[name](show), label_at=2)
     (folder / source.tsv).write_text(labelled.write_tsv(cleaned, COLUMNS), encoding="utf-8")
     (folder / labelled.LICENCE_FILE).write_bytes(show(source.licence_path))
     return folder
@@ -225,7 +226,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         name, _, git_dir = item.partition("=")
         folder = prepare(name, Path(git_dir), out)
         for path in sorted(folder.iterdir()):
-            print(f"{path}  {labelled._sha256(path.read_bytes())}")
+            print(f"{path}  {hashlib.sha256(path.read_bytes()).hexdigest()}")
     return 0
 
 

@@ -410,7 +410,7 @@ _URL = re.compile(r"https?://\S+|\bwww\.\S+")
 _LEADING_JUNK = re.compile(r"^[\s:\"!]+(?=\S)")
 
 
-def _collapse(text: str) -> str:
+def collapse(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
 
 
@@ -428,7 +428,7 @@ def clean_tweet(text: str) -> str:
             break
         text = unescaped
     text = _URL.sub(" ", _MENTION.sub(" ", _RETWEET.sub(" ", text)))
-    text = _LEADING_JUNK.sub("", _collapse(text)).strip()
+    text = _LEADING_JUNK.sub("", collapse(text)).strip()
     if text.endswith('"') and text.count('"') % 2:  # the export's stray closing quote
         text = text[:-1].rstrip()
     return text
@@ -460,7 +460,7 @@ def split_prompt(line: str) -> list[str]:
     """The statements of one ToxiGen prompt line, stripped of their list dashes."""
     parts = (part.strip().lstrip("-").strip().rstrip("\\").strip() for part in line.split("\n"))
     return [
-        _collapse(s.strip().lstrip("-").strip().rstrip("\\"))
+        collapse(s.strip().lstrip("-").strip().rstrip("\\"))
         for part in parts
         for s in _STATEMENT_SPLIT.split(part)
         if s.strip().lstrip("-").strip()
@@ -504,11 +504,11 @@ def prepare_ethos(show: Show) -> list[list[str]]:
         return list(csv.DictReader(io.StringIO(text), delimiter=";"))
 
     binary, multi = (rows(p) for p in ETHOS.paths)
-    violence = {_key(_collapse(r["comment"])): r["violence"] for r in multi}
+    violence = {_key(collapse(r["comment"])): r["violence"] for r in multi}
     seen: set[str] = set()
     out = []
     for row in binary:
-        text = _collapse(row["comment"])
+        text = collapse(row["comment"])
         key = _key(text)
         if len(key) < 3 or key in seen:
             continue
@@ -532,7 +532,7 @@ def prepare_openai_moderation(show: Show) -> list[list[str]]:
         record = json.loads(line)
         if record.get("S3") == 1:
             continue
-        text = _collapse(str(record["prompt"]))
+        text = collapse(str(record["prompt"]))
         key = _key(text)
         if len(key) < 3 or key in seen:
             continue
@@ -551,7 +551,7 @@ def prepare_stormfront(show: Show) -> list[list[str]]:
     for row in meta:
         if row["label"] not in ("hate", "noHate"):
             continue
-        text = _collapse(show(f"all_files/{row['file_id']}.txt").decode("utf-8", "replace"))
+        text = collapse(show(f"all_files/{row['file_id']}.txt").decode("utf-8", "replace"))
         key = _key(text)
         if len(key) < 3 or key in seen:
             continue
@@ -579,7 +579,7 @@ def _pairs(rows: Sequence[dict[str, str]]) -> dict[str, str]:
     return {entry: root(entry) for entry in parent}
 
 
-def _without_conflicts(rows: list[list[str]], label_at: int = 1) -> list[list[str]]:
+def without_conflicts(rows: list[list[str]], label_at: int = 1) -> list[list[str]]:
     """Rows de-duplicated by normalised text (first kept); a text with two labels is dropped."""
     labels: dict[str, set[str]] = {}
     for row in rows:
@@ -608,9 +608,9 @@ def prepare_hatemoji(show: Show) -> list[list[str]]:
         label = "hate" if row["label_gold"] == "1" else "not_hate"
         target = ",".join(t.strip(" '") for t in row["target"].strip("[]").split(","))
         out.append(
-            [_collapse(row["text"]), label, row["type"], target, pair[row["entry_id"]], row["set"]]
+            [collapse(row["text"]), label, row["type"], target, pair[row["entry_id"]], row["set"]]
         )
-    return _without_conflicts(out)
+    return without_conflicts(out)
 
 
 _PLACEHOLDER = re.compile(r"<(?:user|url|number)>")
@@ -621,9 +621,9 @@ def prepare_hatexplain(show: Show) -> list[list[str]]:
     out = []
     for path in HATEXPLAIN.paths:
         for row in csv.DictReader(io.StringIO(show(path).decode("utf-8"))):
-            text = _collapse(_PLACEHOLDER.sub(" ", " ".join(_tokens(row["post_tokens"]))))
+            text = collapse(_PLACEHOLDER.sub(" ", " ".join(_tokens(row["post_tokens"]))))
             out.append([text, row["post_label"]])
-    return _without_conflicts(out)
+    return without_conflicts(out)
 
 
 def _tokens(cell: str) -> list[str]:
@@ -640,7 +640,7 @@ def prepare_sbic(show: Show) -> list[list[str]]:
     """Rows of sbic.tsv: one per post, the annotators' answers averaged."""
     posts: dict[str, list[dict[str, str]]] = {}
     for row in csv.DictReader(io.StringIO(show(SBIC.paths[0]).decode("utf-8"))):
-        posts.setdefault(_collapse(row["post"]), []).append(row)
+        posts.setdefault(collapse(row["post"]), []).append(row)
     out = []
     for text, rows in posts.items():
         offensive = [float(r["offensiveYN"]) for r in rows if r["offensiveYN"]]
@@ -655,7 +655,7 @@ def prepare_sbic(show: Show) -> list[list[str]]:
                 str(len(rows)),
             ]
         )
-    return _without_conflicts(out, label_at=1)
+    return without_conflicts(out, label_at=1)
 
 
 def _git_tree(git_dir: Path, commit: str, folder: str) -> Show:
@@ -674,11 +674,11 @@ def _git_tree(git_dir: Path, commit: str, folder: str) -> Show:
             extracted = tar.extractfile(member) if member.isfile() else None
             if extracted is not None:
                 files[member.name] = extracted.read()
-    single = _git_show(git_dir, commit)
+    single = git_show(git_dir, commit)
     return lambda path: files[path] if path in files else single(path)
 
 
-def _git_show(git_dir: Path, commit: str) -> Show:
+def git_show(git_dir: Path, commit: str) -> Show:
     def show(path: str) -> bytes:
         done = subprocess.run(
             ["git", f"--git-dir={git_dir}", "show", f"{commit}:{path}"],
@@ -706,12 +706,12 @@ def prepare(name: str, git_dir: Path, out: Path, licence_dir: Path | None = None
     """Write `<out>/<name>/<name>.tsv` and its LICENSE from a snapshot's git directory (the
     licence from `licence_dir`, the snapshot of `licence_repo`, for a source that has one)."""
     source = SOURCES[name]
-    show = _git_show(git_dir, source.commit)
+    show = git_show(git_dir, source.commit)
     licence = show
     if source.licence_repo is not None:
         if licence_dir is None:
             raise ValueError(f"{name}: its licence is in {source.licence_repo[0]}: NAME=DIR,DIR")
-        licence = _git_show(licence_dir, source.licence_repo[1])
+        licence = git_show(licence_dir, source.licence_repo[1])
     if name == "davidson":
         rows = prepare_davidson(show)
     elif name == "toxigen":
