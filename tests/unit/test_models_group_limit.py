@@ -30,3 +30,16 @@ def test_a_row_counts_every_group_line_at_the_chosen_table_whatever_the_limit() 
     }
     got = row("ToxiGen's only", result, groups, ["toxicity", "insult"])
     assert got == "| ToxiGen's only | 0.5 / 0.95 | 0.40% | 50.0% | 66.7% |"
+
+
+def test_a_row_names_its_model_when_several_are_compared() -> None:
+    groups = np.asarray([[0.9, 0.0]], np.float32)
+    result = {
+        "nudge": 0.9,
+        "block": 0.99,
+        "table": realtext.thresholds(0.9, 0.99),
+        "dev_benign_flag_rate": 0.001,
+        "dev_toxic_recall": 0.25,
+    }
+    got = row("none", result, groups, ["toxicity", "insult"], "`chat-e5@abc123`")
+    assert got == "| `chat-e5@abc123` | none | 0.9 / 0.99 | 0.10% | 25.0% | 100.0% |"
