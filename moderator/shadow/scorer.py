@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 WARN_EVERY_S = 60.0
 LINGER_S = 0.25  # 12 messages a batch at 50 msgs/s: a twelfth of the hand-overs
 BATCH = 32  # messages at most in a batch the shadow reads (its windows padded to the longest)
+STOP_WAIT_S = 10.0  # a stop waits this long for the child's batch, then kills the child
 
 __all__ = ["THREAD_NAME", "Shadow", "read", "shadow_for"]
 
@@ -83,6 +86,7 @@ class Shadow:
         cpus: frozenset[int] = frozenset(),
         max_batch: int = BATCH,
         linger_s: float = LINGER_S,
+        stop_wait_s: float = STOP_WAIT_S,
     ) -> None:
         self.reader = reader
         self.model = reader.classifier.info.ident
@@ -93,9 +97,11 @@ class Shadow:
         self.cpus = cpus
         self.max_batch = max_batch
         self.linger_s = linger_s
+        self.stop_wait_s = stop_wait_s
         self._queue: asyncio.Queue[Primary] = asyncio.Queue(queue_size)
         self._full = asyncio.Event()
         self._process: ProcessPoolExecutor | None = None
+        self._pid: int | None = None  # the child's, once it is up
         self._warned_at = -WARN_EVERY_S
         self.task: asyncio.Task[None] | None = None
         metrics.precreate(DEFAULT_ACTIONS, reader.classifier.labels)
@@ -138,13 +144,27 @@ class Shadow:
             warm=self.max_batch,
             cpus=self.cpus,
         )
-        await asyncio.get_running_loop().run_in_executor(self._process, process.pid)
+        self._pid = await asyncio.get_running_loop().run_in_executor(self._process, process.pid)
 
     async def _end_process(self) -> None:
-        """Shut the child down; a batch it is reading finishes first (off the event loop)."""
+        """Shut the child down; a batch it is reading finishes first (off the event loop), for
+        `stop_wait_s` at most: the child is in the idle class, so on a host whose cores are
+        busy it may not run for minutes, and a stop that waited on it would hang its caller
+        (a rollout, a shutdown). Past that the child is killed; the batch was only a shadow's."""
         pool, self._process = self._process, None
-        if pool is not None:
-            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        pid, self._pid = self._pid, None
+        if pool is None:
+            return
+        ending = asyncio.ensure_future(
+            asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        )
+        try:
+            await asyncio.wait_for(asyncio.shield(ending), self.stop_wait_s)
+        except TimeoutError:
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await ending
 
     async def _work(self) -> None:
         """Take what waits (a batch at most), read it in the shadow's process, compare and send."""

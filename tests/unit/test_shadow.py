@@ -297,6 +297,25 @@ async def test_the_shadow_reads_in_a_process_of_its_own_named_for_the_os_that_yi
     await eventually(lambda: children(THREAD_NAME) == [], "the child ended with the shadow")
 
 
+async def test_a_stop_kills_a_child_that_cannot_finish_its_batch(
+    reader: Reader, candidate: Reader, started: list[Shadow]
+) -> None:
+    """An idle-class child on a busy host may not run for minutes: a stop waits `stop_wait_s`
+    for its batch, then kills it, and never hangs its caller (a stopped child stands in here)."""
+    metrics = Metrics().shadow
+    shadow = Shadow(
+        candidate, metrics, producer=None, topic="", queue_size=10, max_batch=1, stop_wait_s=0.5
+    )
+    started.append(shadow)
+    await shadow.start()
+    [child] = children(THREAD_NAME)
+    os.kill(child, signal.SIGSTOP)  # it never finishes the batch it is handed next
+    shadow.offer(primaries(reader, Policy.load(), TEXTS[:1]))
+    await eventually(lambda: value(metrics, "batches_total") == 1, "the batch handed over")
+    await asyncio.wait_for(shadow.stop(), 60)  # without the bound: waits for the child forever
+    await eventually(lambda: children(THREAD_NAME) == [], "the child was killed")
+
+
 async def test_a_shadow_whose_process_dies_reads_again_in_a_new_one(
     reader: Reader, candidate: Reader, started: list[Shadow], caplog: pytest.LogCaptureFixture
 ) -> None:
