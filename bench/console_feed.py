@@ -145,16 +145,27 @@ def behind(written: Counter[int], seen: dict[int, int]) -> int | None:
 
 
 @contextlib.contextmanager
-def console_process(bootstrap: str, redis_url: str, topics: dict[str, str],
-                    log_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:  # fmt: skip
-    """`python -m moderator console` on a free port, on `topics`; (process, base URL)."""
+def console_process(
+    bootstrap: str,
+    redis_url: str,
+    topics: dict[str, str],
+    log_path: Path,
+    traced: Path | None = None,
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`python -m moderator console` on a free port, on `topics`; (process, base URL). With
+    `traced`, under bench.console_memory, its tracemalloc snapshots appended to that file."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODERATOR_")}
     env.update(MODERATOR_CONSOLE_TOKENS=f"bench:{TOKEN}", PYTHONPATH=str(REPO_ROOT))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as out:
+        entry = (
+            ["-m", "bench.console_memory", "--out", str(traced), "--"]
+            if traced
+            else ["-m", "moderator"]
+        )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "moderator", "console", "--host", "127.0.0.1", "--port",
+            [sys.executable, *entry, "console", "--host", "127.0.0.1", "--port",
              str(port), "--kafka-bootstrap", bootstrap, "--redis-url", redis_url,
              "--review-topic", topics["review"], "--verdict-topic", topics["verdict"],
              "--out-topic", topics["decision"]],
@@ -227,16 +238,19 @@ def drive(plan: FeedPlan, traffic: Traffic, writer: Writer,
         time.sleep(0.01)
 
 
-def measure(plan: FeedPlan, checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+def measure(plan: FeedPlan, checkpoint: Callable[[dict[str, Any]], None],
+            traced: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """The whole run: servers, console, page, traffic; the samples, saved after each."""
     run_id = uuid.uuid4().hex[:8]
     topics = {k: f"bench.console.{k}.{run_id}" for k in ("decision", "review", "verdict")}
     console_log = BENCH_BUILD_DIR / f"console-feed-{run_id}.log"
     out: dict[str, Any] = {"plan": asdict(plan), "topics": topics, "partitions": PARTITIONS,
-                           "console_log": str(console_log), "samples": []}  # fmt: skip
+                           "console_log": str(console_log), "samples": [],
+                           "traced": str(traced) if traced else None}  # fmt: skip
     with EmbeddedKafka() as kafka, EmbeddedRedis() as redis:
         run(ensure_topics(kafka.bootstrap, dict.fromkeys(topics.values(), PARTITIONS)))
-        with console_process(kafka.bootstrap, redis.url, topics, console_log) as (proc, url):
+        console = console_process(kafka.bootstrap, redis.url, topics, console_log, traced)
+        with console as (proc, url):
             tab = Tab(url)
             tab.start()
             wait_ready(proc, tab)
@@ -284,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
     p.add_argument("--merge", action="store_true", help="put the section into --out")
     p.add_argument("--report-only", action="store_true", help="merge --results, run nothing")
+    p.add_argument("--traced", type=Path, default=None,
+                   help="console under tracemalloc (bench.console_memory)")  # fmt: skip
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.report_only:
@@ -301,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             args.results.parent.mkdir(parents=True, exist_ok=True)
             args.results.write_text(json.dumps(results, indent=1, default=str))
 
-        checkpoint(measure(plan, checkpoint))
+        checkpoint(measure(plan, checkpoint, args.traced))
         results["load_during"] = [{"section": "console_feed", "loadavg": load_average(),
                                    "others": other_cpu_hogs()}]  # fmt: skip
         checkpoint(results["console_feed"])

@@ -16,7 +16,9 @@ its consumer group the same way).
 
 Redis unreachable: one warning, then both live in this process only (one console still works;
 several may then both decide an item, and the moderator applies the first verdict it reads), and
-Redis is tried again every few seconds.
+Redis is tried again every few seconds. No TTL forgets them there, so only the newest
+`KEPT_MESSAGES` of each are kept (the board's bound on its joins: an item is long gone from every
+page before its lock is forgotten); kept for good, a console without Redis grew with every verdict.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+
+from console.board import KEPT_MESSAGES
+from console.bounded import Newest
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,9 @@ return 0
 
 
 class Claims:
-    def __init__(self, redis_url: str, claim_ttl_s: float, *, verdict_topic: str) -> None:
+    def __init__(
+        self, redis_url: str, claim_ttl_s: float, *, verdict_topic: str, kept: int = KEPT_MESSAGES
+    ) -> None:
         self.prefix = f"{PREFIX}{verdict_topic}:"
         self.claim_ttl_ms = int(claim_ttl_s * 1000)
         self.redis = (
@@ -72,8 +79,8 @@ class Claims:
             else None
         )
         self._down_until = 0.0
-        self._claims: dict[str, dict[str, Any]] = {}  # the fallback, this process only
-        self._locks: dict[str, dict[str, Any]] = {}
+        self._claims: Newest[str, dict[str, Any]] = Newest(kept)  # the fallback, this process only
+        self._locks: Newest[str, dict[str, Any]] = Newest(kept)
 
     @property
     def shared(self) -> bool:
@@ -144,7 +151,7 @@ class Claims:
                     if lock:
                         found[m] = _deciding(orjson.loads(lock))
                 return found
-        found = {m: c for m, c in self._claims.items() if m in message_ids and _live(c)}
+        found = {m: c for m in message_ids if (c := self._claims.get(m)) and _live(c)}
         found.update({m: _deciding(self._locks[m]) for m in message_ids if m in self._locks})
         return found
 
