@@ -8,9 +8,12 @@ thresholds pushed up for every label, and catches less of everything. This print
 model's int8 dev scores, the thresholds and dev figures under the limit over every group-neutral
 line (as the build), over ToxiGen's only (as before the stance sources) and with none, so two
 models are compared under the same limit rather than each under its own: give `--model` once per
-model and each gets its three rows in one table.
+model and each gets its three rows in one table. With `--test`, each model's three tables are
+also judged on the real test splits (pools as REPORT.md's, each line's action from its scores
+under the table, as the tuner reads dev; a long message's windows are not split here), one column
+per model and limit, so the choice of limit is made on figures the tuner never saw.
 
-    python -m models.evaluation.group_limit --model DIR [--model DIR ...]
+    python -m models.evaluation.group_limit --model DIR [--model DIR ...] [--test]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.evaluation import realtext, tuning
+from models.export import onnx_export
 from models.lines import realdata
 
 
@@ -59,22 +63,80 @@ def row(
     )
 
 
+def held_out_figures(
+    matrix: npt.NDArray[np.float32],
+    lines: Sequence[realdata.Line],
+    labels: Sequence[str],
+    table: realtext.Table,
+) -> dict[str, float]:
+    """One table's figures on the test lines `lines` (scored `matrix`): benign pools flagged,
+    the toxic pools and the labelled hate and threats caught, group-neutral lines flagged, and
+    the AUCs of the highest acting score."""
+    src = np.asarray([ln.source for ln in lines])
+    family = np.asarray([ln.family for ln in lines])
+    toxic = np.asarray([ln.toxic for ln in lines])
+    flagged = realtext.flag_block(matrix, labels, table)[0]
+    score = matrix[:, [j for j, label in enumerate(labels) if label != "obscene"]].max(axis=1)
+    web = toxic & np.isin(src, realdata.TOXIC)
+    chat = np.isin(src, realdata.CHAT_LIKE) & ~web
+    groups = np.asarray([(ln.source, ln.family) in realdata.GROUP_NEUTRAL for ln in lines], bool)
+    hate = (
+        toxic & np.isin(src, realdata.LABELLED) & np.isin(family, (realdata.HATE, realdata.THREAT))
+    )
+    out = {
+        "benign chat-like flagged": realtext.rate(flagged[chat]),
+        "benign movie_dialog flagged": realtext.rate(flagged[(src == "movie_dialog") & ~toxic]),
+        "all real toxic flagged": realtext.rate(flagged[web]),
+    }
+    for name in realdata.TOXIC:
+        out[f"{name} flagged"] = realtext.rate(flagged[web & (src == name)])
+    out["labelled hate and threats caught"] = realtext.rate(flagged[hate])
+    for name in realdata.LABELLED:
+        if (hate & (src == name)).any():
+            out[f"  {name}"] = realtext.rate(flagged[hate & (src == name)])
+    out["group-neutral flagged"] = realtext.rate(flagged[groups])
+    out["AUC chat-like vs real toxic"] = realtext.auc(score[web], score[chat])
+    out["AUC hate vs group-neutral"] = realtext.auc(score[hate], score[groups])
+    return out
+
+
+def figure_table(columns: Sequence[tuple[str, dict[str, float]]]) -> list[str]:
+    """Markdown: a row per figure, a column per (model, limit)."""
+    out = ["| test split | " + " | ".join(name for name, _ in columns) + " |"]
+    out.append("|---" + "|---:" * len(columns) + "|")
+    for key in columns[0][1]:
+        cells = [f"{f[key]:.3f}" if key.startswith("AUC") else f"{f[key]:.1%}" for _, f in columns]
+        out.append(f"| {key} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m models.evaluation.group_limit", description=__doc__)
     p.add_argument(
         "--model", type=Path, action="append", required=True, help="a model directory (repeat)"
     )
+    p.add_argument("--test", action="store_true", help="judge every table on the test splits too")
     args = p.parse_args(argv)
-    sources = [ln.source for ln in realdata.group_neutral(realdata.load(), "dev")]
-    rows = []
+    lines = realdata.load()
+    sources = [ln.source for ln in realdata.group_neutral(lines, "dev")]
+    test = [ln for ln in lines if ln.split == "test"]
+    rows, columns = [], []
     for model in args.model:
         benign, toxic, labels, families, groups = tuning.dev_scores(model)
         print(f"{model}: {len(benign)} benign, {len(toxic)} toxic, {len(groups)} group-neutral dev")
         manifest = json.loads((model / "manifest.json").read_text(encoding="utf-8"))
         tag = f"`{manifest['name']}@{manifest['version']}`" if len(args.model) > 1 else ""
+        scored = (
+            realtext.batch_scores(onnx_export.classifier(model), [ln.text for ln in test])
+            if args.test
+            else None
+        )
         for limit, pool in limits(groups, sources):
             result = tuning.tune_within_limits(benign, toxic, labels, pool, families)
             rows.append(row(limit, result, groups, labels, tag))
+            if scored is not None:
+                name = f"{tag or model.name}: {limit}"
+                columns.append((name, held_out_figures(scored, test, labels, result["table"])))
     head = "| model " if len(args.model) > 1 else ""
     print(
         head
@@ -82,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(("|---" if head else "") + "|---|---|---:|---:|---:|")
     print("\n".join(rows))
+    if columns:
+        print(f"\ntest splits ({len(test)} lines):\n" + "\n".join(figure_table(columns)))
     return 0
 
 
