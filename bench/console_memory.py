@@ -4,7 +4,8 @@
 A thread takes a snapshot every `--every-s` and appends one JSON line to `--out`: Python's traced
 total, VmRSS, glibc's own count (mallinfo2: bytes in use vs held free in its arenas), threads, the
 object types that grew, and the top allocation sites that grew since the previous snapshot and
-since the first. Traced flat while RSS grows points at the allocator; traced growing names a line.
+since the first, and pymalloc's arenas (which mallinfo does not count). Traced flat while RSS
+grows points at an allocator; traced growing names a line.
 
     python -m bench.console_memory --out F.jsonl -- console --host 127.0.0.1 ...
     python -m bench.console_feed --traced F.jsonl --minutes 45   # the same, under the feed bench
@@ -19,7 +20,9 @@ import ctypes
 import ctypes.util
 import gc
 import json
+import os
 import sys
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -53,6 +56,35 @@ def mallinfo() -> dict[str, float] | None:
     info = fn()
     return {"arena": info.arena / MIB, "in_use": info.uordblks / MIB,
             "free": info.fordblks / MIB, "mmapped": info.hblkhd / MIB}  # fmt: skip
+
+
+def pymalloc() -> dict[str, float]:
+    """Python's small-object allocator (blocks up to 512 bytes, in arenas of its own that glibc
+    never sees), in MiB: its arenas, the bytes in live blocks, and the free blocks inside them
+    (sys._debugmallocstats, read from stderr: what the console logs meanwhile goes there too)."""
+    with tempfile.TemporaryFile() as caught:
+        saved = os.dup(2)
+        os.dup2(caught.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode(errors="replace")
+    wanted = {
+        "# arenas allocated current": "arenas",
+        "# bytes in allocated blocks": "in_use",
+        "# bytes in available blocks": "free",
+        "# bytes in unused pools": "unused_pools",
+    }
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if (key := wanted.get(name.strip())) is not None and key not in found:
+            number = int(value.strip().replace(",", ""))
+            found[key] = number if key == "arenas" else round(number / MIB, 2)
+    return found
 
 
 def proc_status(*keys: str) -> dict[str, int]:
@@ -116,7 +148,7 @@ class Tracer:
             "tracemalloc_own_mib": round(tracemalloc.get_tracemalloc_memory() / MIB, 2),
             "rss_mib": round(status.get("VmRSS", 0) / 1024, 1),
             "hwm_mib": round(status.get("VmHWM", 0) / 1024, 1),
-            "threads": status.get("Threads"), "malloc": mallinfo(),
+            "threads": status.get("Threads"), "malloc": mallinfo(), "pymalloc": pymalloc(),
             "types_grown": (types - self.types).most_common(15),
             "since_previous": growth(snap, self.previous, self.key, TOP),
             "since_first": growth(snap, self.first, self.key, TOP // 2),

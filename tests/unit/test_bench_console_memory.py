@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.console_memory import growth, mallinfo
+from bench.console_memory import growth, mallinfo, pymalloc
 
 
 @pytest.fixture
@@ -39,3 +39,12 @@ def test_mallinfo_reads_glibcs_heap_where_there_is_one() -> None:
     if info is None:
         pytest.skip("no glibc 2.33+ here")
     assert info["arena"] >= info["in_use"] > 0
+
+
+def test_pymalloc_counts_the_arenas_that_hold_small_objects() -> None:
+    before = pymalloc()
+    kept = [(n,) for n in range(300_000)]  # small blocks: pymalloc's, not glibc's
+    after = pymalloc()
+    assert len(kept) == 300_000
+    assert after["arenas"] > before["arenas"]
+    assert after["in_use"] > before["in_use"] + 10  # MiB
