@@ -6,8 +6,8 @@ are full (tracemalloc in the running console, bench/console_memory.py: 111.5 MiB
 glibc gives pages back only from the top of its heap on its own; in that run it held 113, then
 120 MiB free in its arenas beside 169-172 MiB in use (68 of it tracemalloc's). `malloc_trim(0)`
 returns every whole free page wherever it lies, but not pymalloc's arenas (objects up to 512
-bytes). Measured (bench.console_feed, untraced): RSS now also falls at times, but grew 25.1 MiB/h
-from minute 35 to 56 against 22.2 without it: no better. Elsewhere than glibc: nothing to call.
+bytes). Measured (bench.console_feed, untraced): RSS now also falls at times, and grew 18.2 MiB/h
+from minute 35 to 54 against 22.2 without it: not yet flat. Elsewhere than glibc: nothing to call.
 """
 
 from __future__ import annotations
