@@ -1,13 +1,13 @@
 """Hand the C allocator's free pages back to the system once a minute (issue 44).
 
 At 1,000 decisions a second the console's Python objects stop growing once the board's bounds
-are full (tracemalloc in the running console, bench/console_memory.py: 111.5 MiB traced at minute
-35, 115.0 at 42 with 7.5 of it one fetch response in flight), yet its resident memory kept rising.
-glibc gives pages back only from the top of its heap on its own; in that run it held 113, then
-120 MiB free in its arenas beside 169-172 MiB in use (68 of it tracemalloc's). `malloc_trim(0)`
-returns every whole free page wherever it lies, but not pymalloc's arenas (objects up to 512
-bytes). Measured (bench.console_feed, untraced): RSS now also falls at times, and grew 18.2 MiB/h
-from minute 35 to 54 against 22.2 without it: not yet flat. Elsewhere than glibc: nothing to call.
+are full (tracemalloc in the running console, bench/console_memory.py: about 35 minutes in),
+yet its resident memory kept rising. glibc keeps what the console frees inside its heap: the
+large, short-lived buffers (each fetch response of the decision topic, the claims' read of every
+waiting item each second) land between long-lived records once its mmap threshold has risen
+past them, and it gives pages back only from the heap's top. In the traced run glibc held 113
+MiB free in its arenas beside 169 MiB in use. `malloc_trim(0)` returns every whole free page
+wherever it lies (glibc 2.8+); no other allocator here needs it, so elsewhere this does nothing.
 """
 
 from __future__ import annotations
