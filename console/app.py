@@ -46,7 +46,6 @@ from console.claims import PENDING_MARGIN_MS, Claims
 from console.config import ConsoleSettings, token_matches
 from console.csrf import CsrfGuard, renew, session_token
 from console.feed import Feed
-from console.heap import Trimmer
 from console.history import History
 from console.metrics import metrics
 from console.overrides import OverrideDesk, Refused, verdict_scope
@@ -125,7 +124,6 @@ class Console:
         self.feed = feed
         self.claims = claims
         self.pending: dict[str, Pending] = {}  # by message_id
-        self.heap = Trimmer()  # glibc's free pages back to the system (console/heap.py)
 
     # -- identity and CSRF ---------------------------------------------------------------------
 
@@ -357,7 +355,7 @@ class Console:
     # -- background ----------------------------------------------------------------------------
 
     async def tick(self) -> None:
-        """Claims as Redis has them (other consoles'), deadlines, the overview, and the heap."""
+        """Claims as Redis has them (other consoles'), deadlines, and the overview."""
         while True:
             held = await self.claims.held(list(self.board.items))
             if held is not None:
@@ -365,7 +363,6 @@ class Console:
             self.board.set_status(redis="up" if self.claims.shared else "down")
             self.board.expire()
             self.board.publish_overview()
-            self.heap.tick()
             await asyncio.sleep(TICK_S)
 
 
