@@ -257,7 +257,10 @@ def render(
         " the teachers score a film's threats low, and a threat learnt as an ordinary line"
         " teaches the model that threats without swear words are chat."
         " 'Trained on' counts lines once; rude ones are seen"
-        " twice per epoch. `rtp_scored` lines train on the Perspective API scores shipped with"
+        " twice per epoch, and the lines of the sources that contrast an attack on a group with"
+        f" talk about it ({', '.join(realdata.CONTRAST)}) {realdata.CONTRAST_REPEAT} times as"
+        " often as the rest (`realdata.CONTRAST_REPEAT`). `rtp_scored` lines train on the"
+        " Perspective API scores shipped with"
         f" them. {ctx:,} more lines set a toxic template line inside a real benign message of"
         " the train split (`in_context`), so that an insult inside a long message is still an"
         " insult.",

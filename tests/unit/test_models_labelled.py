@@ -334,6 +334,8 @@ def test_training_keeps_eval_only_sources_out_and_caps_offensive_tweets(
     lines = [
         *offensive,
         line("hateful tweet", "davidson", "hate", True),
+        line("an emoji attack", "hatemoji", "hate", True),
+        line("the same frame, no attack", "hatemoji", "neutral"),
         line("an ethos comment that is somehow in train", "ethos", "hate", True),
         dataclasses.replace(line("neutral statement", "toxigen", "neutral"), split="dev"),
     ]
@@ -343,13 +345,18 @@ def test_training_keeps_eval_only_sources_out_and_caps_offensive_tweets(
     texts = Counter(t for t, _ in got)
     assert sum(1 for t in texts if t.startswith("offensive tweet")) == 4
     assert texts["hateful tweet"] == 2  # hateful lines are seen twice, as rude lines are
+    # the lines that contrast an attack with talk about a group, CONTRAST_REPEAT times as often
+    assert texts["the same frame, no attack"] == realdata.CONTRAST_REPEAT
+    assert texts["an emoji attack"] == 2 * realdata.CONTRAST_REPEAT
     assert "neutral statement" not in texts  # dev is never trained on
     assert counts["davidson"] == {"lines": 5, "rude": 1}
     # An ablation leaves a source's train split out, and only that source's.
     ablated = Counter(t for t, _ in realdata.training_lines(lines, without=("davidson",)))
-    assert not ablated
+    assert set(ablated) == {"an emoji attack", "the same frame, no attack"}
     kept = Counter(t for t, _ in realdata.training_lines(lines, without=("toxigen",)))
     assert kept == texts
+    without = Counter(t for t, _ in realdata.training_lines(lines, without=("hatemoji",)))
+    assert "an emoji attack" not in without
 
 
 def test_the_committed_or_shared_files_match_their_pins() -> None:
