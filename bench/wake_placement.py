@@ -7,8 +7,10 @@ the shadow's process is), the kernel sometimes places the reader behind the writ
 instead, and it waits out the writer's millisecond: the idle-class task yields at once when a
 task is put on its CPU, but the task is not always put there. The shadow's benchmark
 (BENCHMARKS.md section 10) sees this as longer waits for a core in every process beside it.
+`bench.neighbour` asks the other question, whether the two slow each other's model calls through
+the hardware they share.
 
-    python -m bench.idle_neighbour [--wakes N]
+    python -m bench.wake_placement [--wakes N]
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def summary(latencies: Sequence[float]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.idle_neighbour", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.wake_placement", description=__doc__)
     p.add_argument("--wakes", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=2, help="alternations of the two arms")
     args = p.parse_args(argv)

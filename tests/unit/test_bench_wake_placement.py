@@ -1,8 +1,8 @@
-"""bench/idle_neighbour.py: what one arm's figures say."""
+"""bench/wake_placement.py: what one arm's figures say."""
 
 from __future__ import annotations
 
-from bench.idle_neighbour import summary
+from bench.wake_placement import summary
 
 
 def test_the_summary_counts_late_wakes_and_the_tail() -> None:
