@@ -30,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from devstack.child import read_status_kb
+
 TOP = 30
 MIB = 1 << 20
 
@@ -87,16 +89,6 @@ def pymalloc() -> dict[str, float]:
     return found
 
 
-def proc_status(*keys: str) -> dict[str, int]:
-    """Fields of /proc/self/status as integers (kB for the memory ones)."""
-    found: dict[str, int] = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in keys:
-            found[key] = int(rest.split()[0])
-    return found
-
-
 def growth(new: tracemalloc.Snapshot | None, old: tracemalloc.Snapshot | None, key: str,
            top: int) -> list[str]:  # fmt: skip
     """The `top` sites whose traced size grew most, one line each (caller -> allocating line);
@@ -141,7 +133,7 @@ class Tracer:
             )
         types = type_counts()
         current, peak = tracemalloc.get_traced_memory()
-        status = proc_status("VmRSS", "VmHWM", "Threads")
+        status = read_status_kb(os.getpid(), ("VmRSS", "VmHWM", "Threads"))
         row: dict[str, Any] = {
             "t_s": round(time.monotonic() - self.started, 1),
             "traced_mib": round(current / MIB, 2), "traced_peak_mib": round(peak / MIB, 2),
