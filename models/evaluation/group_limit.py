@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from models.evaluation import realtext, tuning
+from models.evaluation import realeval, realtext, tuning
 from models.export import onnx_export
 from models.lines import realdata
 
@@ -69,33 +69,35 @@ def held_out_figures(
     labels: Sequence[str],
     table: realtext.Table,
 ) -> dict[str, float]:
-    """One table's figures on the test lines `lines` (scored `matrix`): benign pools flagged,
-    the toxic pools and the labelled hate and threats caught, group-neutral lines flagged, and
-    the AUCs of the highest acting score."""
+    """One table's figures on the test lines `lines` (scored `matrix`): REPORT.md's pools as
+    `realeval.judge` draws them (benign flagged, the toxic pools, group-neutral flagged, the
+    chat-vs-toxic AUC), and the labelled hate and threats of every source caught, with the AUC
+    of the highest acting score between them and the group-neutral lines."""
+    flagged, blocked = realtext.flag_block(matrix, labels, table)
+    score = matrix[:, [j for j, label in enumerate(labels) if label != "obscene"]].max(axis=1)
+    judged = realeval.judge(
+        lines, realeval.Verdicts(flagged, blocked, score, matrix[:, list(labels).index("insult")])
+    )
     src = np.asarray([ln.source for ln in lines])
     family = np.asarray([ln.family for ln in lines])
     toxic = np.asarray([ln.toxic for ln in lines])
-    flagged = realtext.flag_block(matrix, labels, table)[0]
-    score = matrix[:, [j for j, label in enumerate(labels) if label != "obscene"]].max(axis=1)
-    web = toxic & np.isin(src, realdata.TOXIC)
-    chat = np.isin(src, realdata.CHAT_LIKE) & ~web
     groups = np.asarray([(ln.source, ln.family) in realdata.GROUP_NEUTRAL for ln in lines], bool)
     hate = (
         toxic & np.isin(src, realdata.LABELLED) & np.isin(family, (realdata.HATE, realdata.THREAT))
     )
     out = {
-        "benign chat-like flagged": realtext.rate(flagged[chat]),
-        "benign movie_dialog flagged": realtext.rate(flagged[(src == "movie_dialog") & ~toxic]),
-        "all real toxic flagged": realtext.rate(flagged[web]),
+        "benign chat-like flagged": judged["benign"]["chat-like"]["flagged"],
+        "benign movie_dialog flagged": judged["benign"]["movie_dialog"]["flagged"],
+        "all real toxic flagged": judged["toxic"]["all"]["flagged"],
     }
     for name in realdata.TOXIC:
-        out[f"{name} flagged"] = realtext.rate(flagged[web & (src == name)])
+        out[f"{name} flagged"] = judged["toxic"][name]["flagged"]
     out["labelled hate and threats caught"] = realtext.rate(flagged[hate])
     for name in realdata.LABELLED:
         if (hate & (src == name)).any():
             out[f"  {name}"] = realtext.rate(flagged[hate & (src == name)])
-    out["group-neutral flagged"] = realtext.rate(flagged[groups])
-    out["AUC chat-like vs real toxic"] = realtext.auc(score[web], score[chat])
+    out["group-neutral flagged"] = judged["labelled"]["pooled"]["group_neutral"]["flagged"]
+    out["AUC chat-like vs real toxic"] = judged["auc_chat_like_vs_toxic"]
     out["AUC hate vs group-neutral"] = realtext.auc(score[hate], score[groups])
     return out
 
