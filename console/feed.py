@@ -41,6 +41,14 @@ PROBE_TIMEOUT_S = 3.0
 RETRY_S = 2.0
 POLL_MS = 500
 METADATA_MAX_AGE_MS = 5000  # how soon a topic created after the console starts is followed
+# What one fetch may bring, far below aiokafka's defaults (50 MiB a fetch, 1 MiB a partition, no
+# cap on a getmany): a console that fell behind otherwise takes its backlog in one response and
+# keeps the high-water mark of that allocation (issue 44: RSS rose in steps each time it lagged).
+# Capped, a lagging console still reads FETCH_MAX_BYTES per fetch, several times the decision
+# rate it follows (BENCHMARKS.md, "The console's memory").
+FETCH_MAX_BYTES = 1 << 20
+PARTITION_FETCH_BYTES = 256 << 10
+MAX_RECORDS = 500  # a getmany's records: the page's handlers run between two
 
 
 class Feed:
@@ -57,6 +65,10 @@ class Feed:
     ) -> None:
         self.board = board
         self.options = {**kafka_options, "metadata_max_age_ms": METADATA_MAX_AGE_MS}
+        self.fetch_options = {
+            "fetch_max_bytes": FETCH_MAX_BYTES,
+            "max_partition_fetch_bytes": PARTITION_FETCH_BYTES,
+        }
         self.review_topic = review_topic
         self.verdict_topic = verdict_topic
         self.decision_topic = decision_topic
@@ -98,7 +110,7 @@ class Feed:
     async def _follow(self) -> None:
         topics = filter(None, (self.review_topic, self.verdict_topic, self.shadow_topic))
         consumer = AIOKafkaConsumer(
-            *topics, **self.options, group_id=None,
+            *topics, **self.options, **self.fetch_options, group_id=None,
             enable_auto_commit=False, auto_offset_reset="earliest", client_id="moderator-console",
         )  # fmt: skip
         await self._started(consumer, "the review and verdict consumer")
@@ -138,7 +150,7 @@ class Feed:
         """The decision topic from `overview_minutes` ago (its start where the broker cannot find
         offsets by time), for the overview and the final decisions."""
         consumer = AIOKafkaConsumer(
-            **self.options, group_id=None, enable_auto_commit=False,
+            **self.options, **self.fetch_options, group_id=None, enable_auto_commit=False,
             client_id="moderator-console-decisions",
         )  # fmt: skip
         await self._started(consumer, "the decision consumer")
@@ -202,7 +214,7 @@ async def _read_forever(
     retried after RETRY_S (the broker may be away for a while)."""
     while True:
         try:
-            batch = await consumer.getmany(timeout_ms=POLL_MS)
+            batch = await consumer.getmany(timeout_ms=POLL_MS, max_records=MAX_RECORDS)
         except KafkaError as exc:
             log.warning("reading %s: %r", what, exc)
             await asyncio.sleep(RETRY_S)
