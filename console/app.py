@@ -47,7 +47,7 @@ from console.config import ConsoleSettings, token_matches
 from console.csrf import CsrfGuard, renew, session_token
 from console.feed import Feed
 from console.history import History
-from console.metrics import metrics
+from console.metrics import metrics_endpoint
 from console.overrides import OverrideDesk, Refused, verdict_scope
 from console.posted import posted
 from console.records import VERDICTS, Verdict, now_ms
@@ -399,7 +399,7 @@ def create_app(
         routes=[
             Route("/", console.index),
             Route("/healthz", console.health),
-            Route("/metrics", metrics),
+            Route("/metrics", metrics_endpoint(board.disagreements)),
             Route("/api/session", console.session),
             Route("/login", console.login, methods=["POST"]),
             Route("/logout", console.logout, methods=["POST"]),

@@ -12,7 +12,7 @@ Memory is bounded: `kept` rows, and the last REVIEWS_KEPT reviews waiting for th
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +22,7 @@ from console.records import Verdict
 # shadow record follows its review by the shadow's queue delay; a console starting on the topics'
 # retention reads every partition at once, up to 1 MiB of each per fetch (~1000 reviews).
 REVIEWS_KEPT = 1000
+SIDES = ("primary", "shadow", "neither")  # what a verdict may side with (`agrees`)
 
 
 def agrees(row: Mapping[str, Any], verdict: Verdict | None) -> str | None:
@@ -99,6 +100,12 @@ class Disagreements:
         if row is not None:
             row = self.rows[verdict.message_id] = joined(row, verdict)
         return row
+
+    def sides(self) -> Counter[str]:
+        """The rows with a verdict, by the model it sides with (each of SIDES, 0 when none)."""
+        counts = Counter(dict.fromkeys(SIDES, 0))
+        counts.update(row["agrees"] for row in self.rows.values() if row["agrees"] is not None)
+        return counts
 
     def newest_first(self) -> list[dict[str, Any]]:
         return [self.rows[message_id] for _, message_id in reversed(self.order)]

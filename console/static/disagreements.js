@@ -91,6 +91,18 @@ function showCount() {
   const n = views.rows.size;
   $("#disagreement-count").textContent = n ? `(${n})` : "";
   $("#no-disagreements").hidden = n > 0;
+  showSides();
+}
+
+// Which model the verdicts on these rows side with (the console's /metrics has the same figure).
+function showSides() {
+  const sides = { primary: 0, shadow: 0, neither: 0 };
+  for (const d of views.rows.values()) if (d.agrees) sides[d.agrees] += 1;
+  const judged = sides.primary + sides.shadow + sides.neither;
+  $("#disagreement-sides").textContent = judged === 0 ? "" :
+    `Verdicts on ${judged} of these: ${sides.primary} side with the primary, ` +
+    `${sides.shadow} with the shadow, ${sides.neither} with neither. Only messages the primary ` +
+    "held get a verdict, so this leans toward the primary.";
 }
 
 // The snapshot's rows (null: this console has no shadow topic, and no view).

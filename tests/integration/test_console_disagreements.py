@@ -121,6 +121,9 @@ def test_the_view_shows_both_decisions_the_held_message_and_its_verdict_live(
         ], key="channel_id")  # fmt: skip
         wait_for(alice, lambda b: "Verdict: block by bob" in row(b, "m-held").text, "the verdict")
         assert "sides with the shadow" in row(alice, "m-held").text
+        assert alice.find_element(By.ID, "disagreement-sides").text.startswith(
+            "Verdicts on 1 of these: 0 side with the primary, 1 with the shadow, 0 with neither."
+        )
         wait_for(alice, lambda b: row(b, "m-new"), "the newer disagreement")
         order = [li.get_attribute("data-message-id") for li in rows(alice)]
         assert order == ["m-new", "m-quiet", "m-held"]

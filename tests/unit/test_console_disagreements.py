@@ -200,3 +200,18 @@ def test_the_bound_is_a_setting_and_cannot_be_negative() -> None:
     bad = ConsoleSettings.from_env({**env, "MODERATOR_CONSOLE_DISAGREEMENTS_KEPT": "-1"})
     with pytest.raises(ConfigError, match="DISAGREEMENTS_KEPT"):
         bad.check()
+
+
+def test_the_verdicts_kept_are_counted_by_the_model_they_side_with() -> None:
+    b = Board(undo_grace_s=0, overview_minutes=15, disagreements_kept=3, clock=lambda: NOW)
+    assert b.disagreements.sides() == {"primary": 0, "shadow": 0, "neither": 0}
+    allowed = Ruling("allow", None, None)
+    b.add_disagreement(row("m-1", NOW + 1))  # primary review, shadow block
+    b.add_disagreement(row("m-2", NOW + 2, primary=BLOCKED, shadow=allowed))
+    b.add_disagreement(row("m-3", NOW + 3))  # no verdict: not counted
+    b.add_verdict(verdict("m-1", "block"))
+    b.add_verdict(verdict("m-2", "block"))
+    assert b.disagreements.sides() == {"primary": 1, "shadow": 1, "neither": 0}
+    b.add_disagreement(row("m-4", NOW + 4))  # m-1 leaves the kept rows, and the count
+    b.add_verdict(verdict("m-4", "nudge"))
+    assert b.disagreements.sides() == {"primary": 1, "shadow": 0, "neither": 1}
