@@ -20,7 +20,7 @@ from console.records import Verdict
 
 # A review is kept for the join until this many newer ones were read. Live, a held message's
 # shadow record follows its review by the shadow's queue delay; a console starting on the topics'
-# retention reads every partition at once, up to 1 MiB of each per fetch (~1000 reviews).
+# retention reads every partition at once, up to 256 KiB of each per fetch (console/feed.py).
 REVIEWS_KEPT = 1000
 SIDES = ("primary", "shadow", "neither")  # what a verdict may side with (`agrees`)
 
