@@ -94,7 +94,8 @@ function showCount() {
   showSides();
 }
 
-// Which model the verdicts on these rows side with (the console's /metrics has the same figure).
+// Which model the verdicts on the rows this page shows side with (the console's /metrics counts
+// the same over the rows the console keeps).
 function showSides() {
   const sides = { primary: 0, shadow: 0, neither: 0 };
   for (const d of views.rows.values()) if (d.agrees) sides[d.agrees] += 1;
