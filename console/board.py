@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from console.bounded import Newest
+from console.bounded import Field, Joins
 from console.disagreements import Disagreements
 from console.recent import RecentByUser
 from console.records import VERDICTS, Decision, Verdict, now_ms
@@ -30,8 +30,9 @@ MINUTE_MS = 60_000
 TOP_CHANNELS = 5
 # Held messages whose label, first verdict and final decision are kept for the joins between
 # topics (console/bounded.py), which come within the message's review timeout: more than the
-# 12,000 held in the default timeout (600 s) at 1,000 decisions a second with 2% held. About
-# 400 bytes a message in the three maps (tracemalloc, 20,000 messages): some 8 MB at most.
+# 12,000 held in the default timeout (600 s) at 1,000 decisions a second with 2% held. One
+# entry a message: about 220 bytes with its final (tracemalloc, 20,000 messages; 375 when they
+# were three maps), and its verdict's fields beside: some 8 MB at most.
 KEPT_MESSAGES = 20_000
 
 
@@ -56,13 +57,15 @@ class Board:
         self.overview_minutes = overview_minutes
         self.clock = clock
         self.items: dict[str, dict[str, Any]] = {}  # held and undecided, by message_id
-        # the newest `kept_messages` held messages' first verdicts, labels and final decisions:
-        # a verdict read after its message was forgotten shows as decided, not late
-        self.first: Newest[str, Verdict] = Newest(kept_messages)  # the verdict that decided it
-        self.held_back: dict[str, dict[str, Any]] = {}  # items whose verdict waits out its grace
-        self.labels: Newest[str, str] = Newest(kept_messages)  # the label that held each one
+        # the newest `kept_messages` held messages' labels, first verdicts and final decisions,
+        # one entry each (console/bounded.py): a verdict read after its message was forgotten
+        # shows as decided, not late
+        self.joins = Joins(kept_messages)
+        self.first: Field[Verdict] = self.joins.field("first")  # the verdict that decided it
+        self.labels: Field[str] = self.joins.field("label")  # the label that held each one
         # messages with a final decision on the decision topic: its action and reason
-        self.finals: Newest[str, tuple[str, str | None]] = Newest(kept_messages)
+        self.finals: Field[tuple[str, str | None]] = self.joins.field("final")
+        self.held_back: dict[str, dict[str, Any]] = {}  # items whose verdict waits out its grace
         self.claims: dict[str, dict[str, Any]] = {}  # message_id -> {moderator_id, until_ms}
         # the newest `history_size` entries by their key (console/history.py has the older ones),
         # oldest first: records read from two partitions arrive in no order

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from console.board import MINUTE_MS, Board
-from console.bounded import Newest
+from console.bounded import Joins, Newest
 from console.recent import RecentByUser
 from console.records import (
     BadRecord,
@@ -272,7 +272,35 @@ def test_labels_verdicts_and_finals_are_kept_for_the_newest_messages_only() -> N
         b.add_verdict(verdict(f"m-{n}"))
         b.add_decision(Decision(f"m-{n}", "c", "block", True, "verdict", NOW))
     assert (list(b.labels), list(b.first), list(b.finals)) == ([f"m-{n}" for n in (7, 8, 9)],) * 3
+    assert len(b.joins) == 3  # one entry a message, whatever it was joined with
     assert b.overview()["decided"] == 10  # counted before they were forgotten
+
+
+def test_a_message_is_forgotten_whole_as_newer_messages_are_held() -> None:
+    """The bound counts held messages, decided or not: a verdict is not kept for longer than the
+    label it joins with (three maps filled at three rates did that)."""
+    b = Board(undo_grace_s=30, overview_minutes=15, kept_messages=2, clock=lambda: NOW)
+    b.add_review(review("m-1"))
+    b.add_verdict(verdict("m-1"))
+    b.add_decision(Decision("m-1", "c", "block", True, "verdict", NOW))
+    b.add_review(review("m-2"))
+    b.add_review(review("m-3"))  # held, never decided: m-1 goes, all of it
+    assert ("m-1" in b.labels, "m-1" in b.first, "m-1" in b.finals) == (False, False, False)
+    assert list(b.labels) == ["m-2", "m-3"]
+    assert list(b.first) == list(b.finals) == []
+
+
+def test_a_fact_of_a_kept_message_can_be_forgotten_alone() -> None:
+    joins = Joins(3)
+    labels, first = joins.field("label"), joins.field("first")
+    labels["m-1"] = "toxic"
+    first["m-1"] = verdict("m-1")
+    del first["m-1"]
+    assert (dict(labels), dict(first)) == ({"m-1": "toxic"}, {})
+    with pytest.raises(KeyError):
+        del first["m-1"]
+    with pytest.raises(ValueError, match="no such fact"):
+        joins.field("text")
 
 
 def test_a_verdict_read_before_its_review_still_joins_while_its_message_is_kept() -> None:
