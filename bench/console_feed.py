@@ -281,7 +281,8 @@ def one_sample(elapsed_s: float, pid: int, tab: Tab, writer: Writer,
     judged = now_ms - round(LAG_S * 1000)
     minute = judged - judged % 60_000 - 60_000  # the newest minute that ended LAG_S ago
     row = {"t_s": round(elapsed_s, 1), "rss_mib": round(rss_mib, 1), "cpu_s": round(cpu_s, 2),
-           "written": traffic.made, "minute_ms": minute, "minute_written": writer.by_minute[minute],
+           "written": traffic.made, "held_written": traffic.held, "minute_ms": minute,
+           "minute_written": writer.by_minute[minute],
            "minute_counted": seen.get(minute), "behind": behind(writer.by_minute, seen),
            "waiting": (tab.overview or {}).get("waiting"), "tab_events": tab.events,
            "tab_connects": tab.connects, "loadavg": load_average()}  # fmt: skip

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.shadow_report import figure
+from console.board import KEPT_MESSAGES
 
 HEADING = "## 12. The console's memory at 1,000 decisions a second"
 TARGET = "console memory flat over an hour at 1,000 decisions/s"
@@ -38,8 +39,25 @@ def slope_mib_per_h(samples: Sequence[Sample], window_s: float = SLOPE_WINDOW_S)
     if not samples:
         return None
     end = float(samples[-1]["t_s"])
-    points = [(float(s["t_s"]) / 3600, float(s["rss_mib"])) for s in samples
-              if float(s["t_s"]) >= end - window_s]  # fmt: skip
+    return _slope([s for s in samples if float(s["t_s"]) >= end - window_s])
+
+
+def joins_full(samples: Sequence[Sample], kept: int = KEPT_MESSAGES) -> Sample | None:
+    """The first sample by which `kept` messages had been held (written for review): from then
+    on the board's joins (console/bounded.py) are full; None before that, or in a run that did
+    not count them."""
+    return next((s for s in samples if int(s.get("held_written") or 0) >= kept), None)
+
+
+def slope_after_joins_full(samples: Sequence[Sample]) -> float | None:
+    """The slope from the sample at which the joins were full to the end: what is left of the
+    growth once the largest bounded state has filled."""
+    full = joins_full(samples)
+    return None if full is None else _slope([s for s in samples if s["t_s"] >= full["t_s"]])
+
+
+def _slope(samples: Sequence[Sample]) -> float | None:
+    points = [(float(s["t_s"]) / 3600, float(s["rss_mib"])) for s in samples]
     if len(points) < 3:
         return None
     mean_t = sum(t for t, _ in points) / len(points)
@@ -134,6 +152,10 @@ def summary(feed: Mapping[str, Any]) -> dict[str, Any]:
         "behind_s": behind_s(samples, float(feed["plan"]["rate"])),
         "flat": flat(samples),
         "minutes": float(samples[-1]["t_s"]) / 60 if samples else 0.0,
+        "joins_full_min": None
+        if (full := joins_full(samples)) is None
+        else float(full["t_s"]) / 60,
+        "slope_after_full": slope_after_joins_full(samples),
     }
 
 
@@ -183,12 +205,21 @@ def section(feed: Mapping[str, Any] | None, label: str, note: str = "") -> list[
         f"({'flat' if s['flat'] else 'not flat' if s['flat'] is not None else 'not judged'}: a "
         f"day of it from the max {'stays' if s['flat'] else 'does not stay'} under "
         f"{LIMIT_MIB:.0f} MiB, the console's memory limit).",
+        *([_bounded(s)] if s["joins_full_min"] is not None else []),
         f"- Kept up: {kept} ({s['judged']} whole minutes judged 15 to 45 s after they ended, "
         f"{s['short']} of them not yet counted in full at least once; behind "
         f"{_behind(s['behind_s'])}).",
         *([f"- {note}"] if note else []),
         "",
     ]
+
+
+def _bounded(s: Mapping[str, Any]) -> str:
+    return (
+        f"- Bounded state: the board's joins keep the newest {KEPT_MESSAGES:,} held messages "
+        f"(console/bounded.py), all held by minute {s['joins_full_min']:.0f}; the slope from then "
+        f"to the end {figure(s['slope_after_full'])} MiB/h (the verdict is the 45-minute slope's)."
+    )
 
 
 def _behind(seconds: tuple[float, float] | None) -> str:

@@ -55,6 +55,7 @@ class Traffic:
         self._order = itertools.count()
         self._lines: dict[str, list[dict[str, Any]]] = {}  # channel -> its last CONTEXT lines
         self.made = 0
+        self.held = 0  # of them held for review
 
     def message(self, now_ms: int) -> list[Out]:
         """The records of the next chat message, decided at `now_ms`."""
@@ -89,6 +90,7 @@ class Traffic:
         return before
 
     def _held(self, chat: ChatMessage, now_ms: int, context: list[dict[str, Any]]) -> list[Out]:
+        self.held += 1
         label = self._rng.choice(LABELS)
         record = _decision(chat, "review", label, now_ms)
         held = {

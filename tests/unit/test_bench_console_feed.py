@@ -48,6 +48,23 @@ def test_memory_that_keeps_growing_is_not_flat() -> None:
     assert console_feed_report.headline_row(feed(rss))[-1] == "missed"  # type: ignore[index]
 
 
+def test_the_slope_after_the_joins_are_full_is_reported_beside_the_verdict() -> None:
+    # every 5 min: growing 12 MiB a sample while the joins fill (held 6,000 a sample), then 1
+    rss = [100.0 + 12 * min(i, 4) + max(0, i - 4) for i in range(13)]
+    run = feed(rss)
+    for i, sample in enumerate(run["samples"]):
+        sample["held_written"] = 6_000 * i
+    full = console_feed_report.joins_full(run["samples"], kept=20_000)
+    assert (full or {}).get("t_s") == 4 * 300.0  # 24,000 held by then
+    summary = console_feed_report.summary(run)
+    assert (summary["joins_full_min"], round(summary["slope_after_full"], 6)) == (20.0, 12.0)
+    assert summary["slope"] > summary["slope_after_full"]  # the 45 minutes include the filling
+    assert "all held by minute 20; the slope from then to the end 12.0 MiB/h" in "\n".join(
+        console_feed_report.section(run, "m")
+    )
+    assert console_feed_report.summary(feed(rss))["joins_full_min"] is None  # not counted
+
+
 def test_a_minute_counted_short_means_the_console_fell_behind() -> None:
     assert console_feed_report.kept_up(feed([100.0] * 4)["samples"]) is True
     short = feed([100.0] * 4, counted_ok=False)
@@ -114,3 +131,4 @@ def test_the_traffic_is_read_by_the_console_as_the_moderators_records() -> None:
     assert all(f.final for f in finals)
     assert {v.message_id for v in verdicts} < {r["message_id"] for r in reviews}
     assert traffic.waiting == 0
+    assert traffic.held == len(reviews)
