@@ -103,8 +103,8 @@ async def _reader(
         topic, **client_options(kafka), auto_offset_reset="earliest", enable_auto_commit=False,
         group_id=None, fetch_max_wait_ms=50,
     )  # fmt: skip
-    await consumer.start()
-    try:
+    try:  # started inside: a reader cancelled while it starts is still closed
+        await consumer.start()
         yield consumer
     finally:
         await consumer.stop()

@@ -55,8 +55,8 @@ async def committed_then_decided(settings: Settings) -> tuple[dict[int, int], se
     """The group's committed offsets, then the ids decided on the output topic after that."""
     reader = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
                               group_id=settings.group_id, enable_auto_commit=False)  # fmt: skip
-    await reader.start()
-    try:
+    try:  # started inside: the watcher is cancelled wherever it is, reader.start() included
+        await reader.start()
         committed = {p: await reader.committed(TopicPartition(settings.in_topic, p)) or 0
                      for p in range(PARTITIONS)}  # fmt: skip
     finally:
