@@ -261,7 +261,9 @@ def measure(plan: FeedPlan, checkpoint: Callable[[dict[str, Any]], None],
             def sample(elapsed_s: float) -> None:
                 if proc.poll() is not None:
                     raise RuntimeError(f"the console exited ({proc.returncode}); see its log")
-                out["samples"].append(one_sample(elapsed_s, proc.pid, tab, writer, traffic))
+                out["samples"].append(
+                    one_sample(elapsed_s, proc.pid, tab, writer, traffic, kafka.pid)
+                )
                 checkpoint(out)
 
             try:
@@ -274,8 +276,11 @@ def measure(plan: FeedPlan, checkpoint: Callable[[dict[str, Any]], None],
 
 
 def one_sample(elapsed_s: float, pid: int, tab: Tab, writer: Writer,
-               traffic: Traffic) -> dict[str, Any]:  # fmt: skip
+               traffic: Traffic, broker_pid: int | None = None) -> dict[str, Any]:  # fmt: skip
     rss_mib, cpu_s = memory_and_cpu(pid)
+    # the broker's share: the embedded one keeps its whole log in memory, and late in an hour
+    # at this rate it can be what the console waits for
+    broker_rss, broker_cpu = memory_and_cpu(broker_pid) if broker_pid else (None, None)
     seen = counted(tab.overview)
     now_ms = int(time.time() * 1000)
     judged = now_ms - round(LAG_S * 1000)
@@ -285,7 +290,9 @@ def one_sample(elapsed_s: float, pid: int, tab: Tab, writer: Writer,
            "minute_written": writer.by_minute[minute],
            "minute_counted": seen.get(minute), "behind": behind(writer.by_minute, seen),
            "waiting": (tab.overview or {}).get("waiting"), "tab_events": tab.events,
-           "tab_connects": tab.connects, "loadavg": load_average()}  # fmt: skip
+           "tab_connects": tab.connects, "loadavg": load_average(),
+           "broker_cpu_s": None if broker_cpu is None else round(broker_cpu, 2),
+           "broker_rss_mib": None if broker_rss is None else round(broker_rss, 1)}  # fmt: skip
     log.info("console feed %.0f s: %s", elapsed_s, row)
     return row
 

@@ -115,21 +115,29 @@ def flat(samples: Sequence[Sample]) -> bool | None:
 
 def table(samples: Sequence[Sample], rate: float) -> list[str]:
     out = ["| minute | RSS (MiB) | console CPU (% of a core) | waiting | behind (s) | whole minute "
-           "counted / written |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+           "counted / written | broker CPU (% of a core) | broker RSS (MiB) |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     previous: Sample | None = None
     for s in rows_every(samples):
-        cpu = None
-        if previous is not None and float(s["t_s"]) > float(previous["t_s"]):
-            used = float(s["cpu_s"]) - float(previous["cpu_s"])
-            cpu = 100 * used / (float(s["t_s"]) - float(previous["t_s"]))
         lag = None if s.get("behind") is None else float(s["behind"]) / rate
         whole = (f"{s.get('minute_counted') or 0:,} / {s['minute_written']:,}"
                  if s.get("minute_written") else "–")  # fmt: skip
-        out.append(f"| {float(s['t_s']) / 60:.0f} | {figure(float(s['rss_mib']))} | {figure(cpu)} "
+        broker_rss = s.get("broker_rss_mib")
+        out.append(f"| {float(s['t_s']) / 60:.0f} | {figure(float(s['rss_mib']))} "
+                   f"| {figure(_per_core(s, previous, 'cpu_s'))} "
                    f"| {s.get('waiting') if s.get('waiting') is not None else '–'} "
-                   f"| {figure(lag)} | {whole} |")  # fmt: skip
+                   f"| {figure(lag)} | {whole} | {figure(_per_core(s, previous, 'broker_cpu_s'))} "
+                   f"| {figure(None if broker_rss is None else float(broker_rss))} |")  # fmt: skip
         previous = s
     return out
+
+
+def _per_core(s: Sample, previous: Sample | None, key: str) -> float | None:
+    """The CPU-seconds `key` counts between two samples, in % of a core; None without both."""
+    if previous is None or s.get(key) is None or previous.get(key) is None:
+        return None
+    span = float(s["t_s"]) - float(previous["t_s"])
+    return 100 * (float(s[key]) - float(previous[key])) / span if span > 0 else None
 
 
 def summary(feed: Mapping[str, Any]) -> dict[str, Any]:

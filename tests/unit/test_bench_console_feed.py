@@ -81,7 +81,11 @@ def test_the_section_has_a_row_every_ten_minutes_and_the_targets_row() -> None:
     assert lines[0] == console_feed_report.HEADING
     rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
     assert [row.split(" | ")[0] for row in rows] == [f"| {m}" for m in (0, 10, 20, 30, 40, 50, 60)]
-    assert "| 10 | 200.0 | 2.0 | 100 | 0.9 | 60,000 / 60,000 |" in rows
+    assert "| 10 | 200.0 | 2.0 | 100 | 0.9 | 60,000 / 60,000 | – | – |" in rows  # no broker figures
+    for i, sample in enumerate(run["samples"]):
+        sample["broker_cpu_s"], sample["broker_rss_mib"] = i * 270.0, 500.0 + 100 * i
+    rows = [line for line in console_feed_report.section(run, "m") if line.startswith("| 20 ")]
+    assert rows == ["| 20 | 200.0 | 2.0 | 100 | 0.9 | 60,000 / 60,000 | 90.0 | 900.0 |"]
     row = console_feed_report.headline_row(run)
     assert row is not None
     assert row[0] == console_feed_report.TARGET
