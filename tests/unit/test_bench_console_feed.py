@@ -91,6 +91,14 @@ def test_the_section_has_a_row_every_ten_minutes_and_the_targets_row() -> None:
     assert row[0] == console_feed_report.TARGET
     assert row[2].startswith("100.0 → 200.0 MiB over 60 min (max 200.0), 0.0 MiB/h")
     assert row[3] == "met"
+    kept = console_feed_report.keep_up_row(run)
+    assert kept is not None
+    assert kept[0] == console_feed_report.KEEP_UP
+    assert kept[2:] == ["0 of 7 whole minutes not counted in full in time; behind 0.9 s at the "
+                        "median, 0.9 s at most", "met"]  # fmt: skip
+    behind = console_feed_report.keep_up_row(feed([100.0] * 13, counted_ok=False))
+    assert (behind or [])[-1] == "missed"
+    assert console_feed_report.headline_row(feed([100.0] * 13, counted_ok=False))[-1] == "met"  # type: ignore[index]
 
 
 def test_the_merge_replaces_the_section_and_the_target_row_and_keeps_the_rest() -> None:
