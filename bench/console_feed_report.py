@@ -50,13 +50,6 @@ def joins_full(samples: Sequence[Sample], kept: int = KEPT_MESSAGES) -> Sample |
     return next((s for s in samples if int(s.get("held_written") or 0) >= kept), None)
 
 
-def slope_after_joins_full(samples: Sequence[Sample]) -> float | None:
-    """The slope from the sample at which the joins were full to the end: what is left of the
-    growth once the largest bounded state has filled."""
-    full = joins_full(samples)
-    return None if full is None else _slope([s for s in samples if s["t_s"] >= full["t_s"]])
-
-
 def _slope(samples: Sequence[Sample]) -> float | None:
     points = [(float(s["t_s"]) / 3600, float(s["rss_mib"])) for s in samples]
     if len(points) < 3:
@@ -144,6 +137,7 @@ def _per_core(s: Sample, previous: Sample | None, key: str) -> float | None:
 def summary(feed: Mapping[str, Any]) -> dict[str, Any]:
     samples = after_warmup(feed)
     rss = [float(s["rss_mib"]) for s in samples]
+    full = joins_full(samples)
     return {
         "start_mib": rss[0] if rss else None,
         "end_mib": rss[-1] if rss else None,
@@ -161,10 +155,11 @@ def summary(feed: Mapping[str, Any]) -> dict[str, Any]:
         "behind_s": behind_s(samples, float(feed["plan"]["rate"])),
         "flat": flat(samples),
         "minutes": float(samples[-1]["t_s"]) / 60 if samples else 0.0,
-        "joins_full_min": None
-        if (full := joins_full(samples)) is None
-        else float(full["t_s"]) / 60,
-        "slope_after_full": slope_after_joins_full(samples),
+        "joins_full_min": None if full is None else float(full["t_s"]) / 60,
+        # what is left of the growth once the largest bounded state has filled
+        "slope_after_full": None
+        if full is None
+        else _slope([s for s in samples if s["t_s"] >= full["t_s"]]),
     }
 
 

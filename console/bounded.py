@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from console.records import Verdict
 
@@ -86,7 +86,7 @@ class Joins:
         return len(self.entries)
 
 
-class Field(MutableMapping[str, V], Generic[V]):
+class Field(MutableMapping[str, V]):
     """One fact of every kept message, as a mapping: the messages whose fact was read."""
 
     def __init__(self, joins: Joins, name: str) -> None:
