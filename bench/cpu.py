@@ -149,18 +149,25 @@ def _ancestors(pid: int) -> set[int]:
 def other_cpu_hogs(min_cpu_pct: float = 20.0) -> list[str]:
     """Processes not started by this run using much CPU (ps' lifetime average), for the report."""
     try:
-        ps = subprocess.run(["ps", "-eo", "pid,pcpu,etime,args", "--sort=-pcpu"],
+        ps = subprocess.run(["ps", "-eo", "pid,stat,pcpu,etime,args", "--sort=-pcpu"],
                             capture_output=True, text=True, timeout=5, check=False)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return []
     me = os.getpid()
     out = []
     for line in ps.stdout.splitlines()[1:15]:
-        parts = line.split(None, 3)
-        if len(parts) < 4:
-            continue
-        pid, cpu = int(parts[0]), float(parts[1])
-        if cpu < min_cpu_pct or me in _ancestors(pid):
-            continue
-        out.append(f"{cpu:.0f}% `{parts[3][:80]}` (running {parts[2]})")
+        hog = hog_of(line, min_cpu_pct)
+        if hog is not None and me not in _ancestors(hog[0]):
+            out.append(hog[1])
     return out
+
+
+def hog_of(ps_line: str, min_cpu_pct: float) -> tuple[int, str] | None:
+    """(pid, description) of a `ps -o pid,stat,pcpu,etime,args` line at `min_cpu_pct` or more;
+    one stopped now (SIGSTOP, state T) says so, since its lifetime average is not what it took
+    while stopped."""
+    parts = ps_line.split(None, 4)
+    if len(parts) < 5 or float(parts[2]) < min_cpu_pct:
+        return None
+    stopped = ", stopped now" if parts[1].startswith("T") else ""
+    return int(parts[0]), f"{float(parts[2]):.0f}% `{parts[4][:80]}` (running {parts[3]}{stopped})"

@@ -149,3 +149,15 @@ def test_the_layout_diagnosis_ends_with_the_shipped_layout_and_keeps_the_old_one
     assert all(v.module == "moderator" for v in two[1:])
     assert "as shipped" in two[-1].label
     assert [(v.threads, v.batch_threads) for v in variants(1)] == [(1, 1), (1, 1)]
+
+
+def test_a_stopped_hog_says_so_and_a_quiet_process_is_no_hog() -> None:
+    line = " 4766 TNl   64.2 16:28 /venv/bin/python -m moderator model build"
+    assert cpu.hog_of(line, 20.0) == (
+        4766,
+        "64% `/venv/bin/python -m moderator model build` (running 16:28, stopped now)",
+    )
+    running = cpu.hog_of(line.replace("TNl", "RNl"), 20.0)
+    assert running is not None
+    assert running[1].endswith("(running 16:28)")
+    assert cpu.hog_of(line.replace("64.2", "3.0"), 20.0) is None
