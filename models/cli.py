@@ -33,6 +33,9 @@ def _build(args: argparse.Namespace) -> int:
     from models.training import encoders, train
 
     final: Path = args.out or BUILD_DIR / encoders.NAMES[args.encoder]
+    if args.bf16 and not train.bf16_supported():
+        _say("--bf16 needs a CPU with avx512_bf16 or AMX (this one would emulate it): not built")
+        return 2
     # Built next to its final place and swapped in at the end, so a failed build never leaves a
     # manifest that does not match the model.onnx beside it.
     out = final.with_name(final.name + ".partial")
@@ -71,7 +74,7 @@ def _build(args: argparse.Namespace) -> int:
     _say(f"[2/5] training ({files})")
     # Checkpoints beside the model: a build stopped in training resumes there when run again.
     checkpoints = final.with_name(final.name + ".checkpoints")
-    cfg = train.TrainConfig(encoder=args.encoder)
+    cfg = train.TrainConfig(encoder=args.encoder, bf16=args.bf16)
     result = train.train(real_train, cfg, progress=_say, checkpoints=checkpoints)
     # The weights, kept beside the model so a failure after training never costs a retrain.
     train.save(result.module, final.with_name(final.name + ".weights.pt"))
@@ -119,6 +122,7 @@ def _build(args: argparse.Namespace) -> int:
                 "n_heldout": result.n_heldout,
                 "seed": train.SEED,
                 "threads": train.THREADS,
+                "precision": "bf16 autocast" if cfg.bf16 else "fp32",
             },
         },
     )
@@ -331,6 +335,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SOURCE",
         help="leave a labelled source's train split out (an ablation; repeatable): "
         + ", ".join(realdata.TRAINED),
+    )
+    b.add_argument(
+        "--bf16",
+        action="store_true",
+        help="train the forward pass in bfloat16 (a CPU with avx512_bf16 or AMX: ~2.5x faster)",
     )
     b.set_defaults(func=_build)
 

@@ -54,6 +54,11 @@ class TrainConfig:
     weight_decay: float = 0.01
     seed: int = SEED
     encoder: str = encoders.DEFAULT  # the pretrained encoder fine-tuned (`encoders.ENCODERS`)
+    # The forward pass in bfloat16 (torch's CPU autocast; weights, optimiser and loss stay fp32).
+    # 2.5-2.6x faster a step on a CPU with avx512_bf16 (`bf16_supported`), where an e5 build's
+    # training would take about an hour instead of 2.4; off by default, so the shipped recipe's
+    # arithmetic is unchanged.
+    bf16: bool = False
 
 
 @dataclass
@@ -66,6 +71,17 @@ class TrainResult:
     n_train: int = 0
     n_real: int = 0
     n_heldout: int = 0
+
+
+def bf16_supported(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU computes bfloat16 in hardware (avx512_bf16 or AMX): elsewhere torch
+    emulates it, which buys nothing."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
+                      if line.startswith("flags")), [])  # fmt: skip
+    except OSError:
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
 def base_model_dir(encoder: str = encoders.DEFAULT) -> Path:
@@ -254,7 +270,9 @@ def train_finetune(
             if epoch == first_epoch and batch < skip:
                 continue
             x, m = pad(ids, rows)
-            loss = loss_fn(module.logits(x, m), targets[rows])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                logits = module.logits(x, m)
+            loss = loss_fn(logits.float(), targets[rows])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)

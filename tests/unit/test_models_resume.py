@@ -80,3 +80,48 @@ def test_another_recipe_or_other_data_starts_afresh(tmp_path: Path) -> None:
     train.train_finetune(ids, 1 - targets, CFG, said.append, Checkpoint(tmp_path, other))
     assert said == [], "not resumed"
     assert [p.name for p in tmp_path.iterdir()] == [f"train-{other}.pt"], "the stale one removed"
+
+
+def test_bf16_runs_the_forward_pass_in_bfloat16_and_keeps_the_weights_fp32() -> None:
+    ids, targets = data()
+    seen: dict[bool, set[Any]] = {}
+    real_build = train.build_module
+    for bf16 in (False, True):
+        dtypes: set[Any] = set()
+
+        def build(n: int, folder: Path | None = None, dtypes: set[Any] = dtypes) -> Any:
+            module = real_build(n, folder)
+            module.head.register_forward_hook(lambda _m, _i, out: dtypes.add(out.dtype))
+            return module
+
+        cfg = train.TrainConfig(epochs=1, batch_size=12, bf16=bf16)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(train, "build_module", build)
+            module = train.train_finetune(ids, targets, cfg, print)
+        seen[bf16] = dtypes
+        assert {p.dtype for p in module.parameters()} == {torch.float32}, "weights stay fp32"
+    assert seen == {False: {torch.float32}, True: {torch.bfloat16}}
+    assert resume.fingerprint(ids, targets, train.TrainConfig(bf16=True)) != resume.fingerprint(
+        ids, targets, train.TrainConfig()
+    ), "a bf16 run never resumes an fp32 one"
+
+
+def test_bf16_is_supported_only_where_the_cpu_has_it(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert train.bf16_supported(info)
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert not train.bf16_supported(info)
+    assert not train.bf16_supported(tmp_path / "missing")
+
+
+def test_a_bf16_build_on_a_cpu_without_it_stops_before_reading_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from models import cli
+
+    monkeypatch.setattr(train, "bf16_supported", lambda: False)
+    args = cli._parser().parse_args(["build", "--bf16", "--out", "/nonexistent/chat-minilm"])
+    assert args.func(args) == 2
+    assert "--bf16 needs a CPU with avx512_bf16 or AMX" in capsys.readouterr().out
+    assert not cli._parser().parse_args(["build"]).bf16, "fp32 unless asked"
