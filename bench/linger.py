@@ -14,25 +14,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import logging
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench.artifacts import BENCH_BUILD_DIR
-from bench.cpu import load_average, other_cpu_hogs
+from bench.cpu import load_average
 from bench.loop import policy_text, users_table
 from bench.pairs import interleaved
 from bench.pipeline import latency_run
+from bench.record import Record
 from bench.stack import ModeratorConfig
 from bench.versus import USERS_LIMIT, counters
 from loadgen.hop import measure_hop
-from loadgen.machine import machine_info, machine_label
 from moderator.config import DEFAULT_MODEL_DIR, REPO_ROOT
 from moderator.loop import run
 
@@ -103,28 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from devstack.embedded import EmbeddedKafka
 
-    results: dict[str, Any] = {
-        "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": machine_info(), "machine_label": machine_label(),
-        "load_before": load_average(),
-    }  # fmt: skip
-    started = time.monotonic()
-
-    def save(section: dict[str, Any]) -> None:
-        results["linger"] = section
-        results["duration_s"] = round(time.monotonic() - started)
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps(results, indent=1, default=str))
-
+    record = Record(args.results, "linger")
     with EmbeddedKafka() as kafka:
-        measure(kafka.bootstrap, kafka.pid or 0, args.rate, args.rounds, args.duration, save)
-    results["load_during"] = [{"section": "linger", "loadavg": load_average(),
-                               "others": other_cpu_hogs()}]  # fmt: skip
-    save(results["linger"])
+        measure(kafka.bootstrap, kafka.pid or 0, args.rate, args.rounds, args.duration,
+                record.save)  # fmt: skip
+    record.finish()
     if args.merge:
-        out_md.write_text(merge_linger(results, out_md.read_text()))
+        out_md.write_text(merge_linger(record.data, out_md.read_text()))
         print(f"wrote {out_md}")
-    print(f"{args.results} in {results['duration_s']} s")
+    print(f"{args.results} in {record.data['duration_s']} s")
     return 0
 
 

@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import logging
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +39,7 @@ from typing import Any
 
 from bench import quix_peer
 from bench.artifacts import BENCH_BUILD_DIR, shipped_like_dir
-from bench.cpu import load_average, other_cpu_hogs
+from bench.cpu import load_average
 from bench.goodput import BARE_TEXTS, BUDGET_MS, GoodputPlan, Probe, search, within_budget
 from bench.loop import counters as loop_counters
 from bench.loop import policy_text, users_table
@@ -50,11 +48,12 @@ from bench.pairs import interleaved
 from bench.peer import PeerPlan
 from bench.peer import measure as peer_measure
 from bench.pipeline import latency_run
+from bench.record import Record
 from bench.stack import PARTITIONS, ModeratorConfig
 from bench.texts import bench_texts
 from devstack.child import Samples
 from loadgen.hop import HopResult, measure_hop
-from loadgen.machine import machine_info, machine_label, usable_cores
+from loadgen.machine import usable_cores
 from moderator.config import DEFAULT_MODEL_DIR, REPO_ROOT
 from moderator.decide.classifier import Classifier
 from moderator.loop import run
@@ -221,27 +220,18 @@ def main(argv: list[str] | None = None) -> int:
     from devstack.embedded import EmbeddedKafka
 
     threads = min(usable_cores(), 4)
-    results: dict[str, Any] = {
-        "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": machine_info(), "machine_label": machine_label(), "threads": threads,
-        "load_before": load_average(),
-    }  # fmt: skip
-    started = time.monotonic()
+    record = Record(args.results, "versus", threads=threads)
 
     def save(section: dict[str, Any]) -> None:
-        results["versus"] = section
-        results["duration_s"] = round(time.monotonic() - started)
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps(results, indent=1, default=str))
-        merge_versus(results, args.out)
+        record.save(section)
+        merge_versus(record.data, args.out)
 
     with EmbeddedKafka() as kafka:
         run_versus(args.old_tree, QUICK if args.quick else FULL, threads=threads,
                    bootstrap=kafka.bootstrap, broker_pid=kafka.pid or 0, save=save)  # fmt: skip
-    results["load_during"] = [{"section": "versus", "loadavg": load_average(),
-                               "others": other_cpu_hogs()}]  # fmt: skip
-    save(results["versus"])
-    print(f"wrote {args.out} in {results['duration_s']} s")
+    record.finish()
+    merge_versus(record.data, args.out)
+    print(f"wrote {args.out} in {record.data['duration_s']} s")
     return 0
 
 

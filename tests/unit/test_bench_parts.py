@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,21 @@ def test_a_stopped_hog_says_so_and_a_quiet_process_is_no_hog() -> None:
     assert running is not None
     assert running[1].endswith("(running 16:28)")
     assert cpu.hog_of(line.replace("64.2", "3.0"), 20.0) is None
+
+
+def test_a_record_is_written_after_every_run_and_ends_with_the_load(tmp_path: Path) -> None:
+    import json
+
+    from bench.record import Record
+
+    path = tmp_path / "sub" / "results.json"
+    record = Record(path, "linger", threads=2)
+    record.save({"runs": [1]})
+    written = json.loads(path.read_text())
+    assert written["linger"] == {"runs": [1]}
+    assert written["threads"] == 2
+    assert {"started", "machine", "machine_label", "load_before", "duration_s"} <= set(written)
+    record.finish()
+    ended = json.loads(path.read_text())
+    assert ended["linger"] == {"runs": [1]}, "the section kept"
+    assert ended["load_during"][0]["section"] == "linger"
