@@ -5,7 +5,7 @@ The pacer (moderator/kafka/pacing.py) waits only when the budget left after the 
 afford it, so at the rates a 2-core host keeps inside 50 ms it rarely waits and a fetch brings
 about one record. This benchmark pays the wait anyway: an arm raises the budget the pacer reads
 (`MODERATOR_BUDGET_MS`) so it always lingers up to its cap, and the report fits the event loop's
-cost per message against the records per fetch (bench/linger_report.py). Every moderator runs
+cost as a cost a message, a fetch and a broker poll (bench/linger_report.py). Every moderator runs
 as in bench/versus.py (cache, review context, every `[users]` rule on), fresh each run, on the
 embedded broker; `--merge` writes BENCHMARKS.md's section.
 """
@@ -45,8 +45,8 @@ def forced(wait_ms: float) -> dict[str, str]:
     return {"budget_ms": f"{FORCED_BUDGET_MS:g}", "fetch_linger_max_ms": f"{wait_ms:g}"}
 
 
-# Each arm's settings beside the shipped ones. The last holds every fetch 500 ms on this broker
-# (a batch of about 50 at 100 msgs/s, two polls a second): the floor with few fetches and polls.
+# Each arm's settings beside the shipped ones. The last lets this broker hold a fetch 500 ms
+# (fetches of 13-15 records at 100 msgs/s here, few idle polls): the cost with few of either.
 ARMS: dict[str, dict[str, str]] = {
     "as shipped": {},
     "wait 20 ms": forced(20.0),
