@@ -25,6 +25,7 @@ from moderator.config import Settings
 
 HEADING = "## 13. Forced batches: what a longer wait buys on this host"
 BUDGET_MS = 50.0  # the p99 the goodput search holds every run to (bench/goodput.py)
+SHIPPED_WAIT_MS = float(Settings().fetch_max_wait_ms)  # what an arm runs with unless it sets one
 
 Row = Mapping[str, Any]
 
@@ -55,26 +56,29 @@ class Fit(NamedTuple):
         return (self.per_fetch + self.per_poll) / (target_ms - self.per_message)
 
 
+def idle_polls(wait_ms: float, rate: float) -> float:
+    """The polls a message carries at `rate` when the embedded broker holds each fetch for the
+    whole `wait_ms`, data or not: it is asked 1000 / wait_ms times a second."""
+    return 1000.0 / wait_ms / rate
+
+
 def polls_per_message(row: Row, arms: Mapping[str, Mapping[str, str]]) -> float:
-    """The broker polls a decided message carries in `row`: the embedded broker holds each fetch
-    for the whole `fetch_max_wait_ms` when too little arrives, so it is asked at least 1000 /
-    that a second, and at least once for each fetch that brought records."""
+    """The broker polls a decided message carries in `row`: its idle polls, and at least one
+    for each fetch that brought records."""
     settings = arms.get(str(row["arm"])) or {}
-    wait_ms = float(settings.get("fetch_max_wait_ms", Settings().fetch_max_wait_ms))
+    wait_ms = float(settings.get("fetch_max_wait_ms", SHIPPED_WAIT_MS))
     batch = fetched(row)
-    return max(1000.0 / wait_ms / float(row["rate"]), 1.0 / batch if batch else 0.0)
+    return max(idle_polls(wait_ms, float(row["rate"])), 1.0 / batch if batch else 0.0)
 
 
 def fit(runs: Sequence[Row], arms: Mapping[str, Mapping[str, str]]) -> Fit | None:
     """Least squares of the event loop per message on 1 / records per fetch and polls per
-    message, over `runs` with both; None unless three distinct points fix the three terms."""
+    message, over `runs` with both; None unless the runs fix all three terms."""
     points = [([1.0, 1.0 / b, polls_per_message(r, arms)], e)
               for r, b, e in ((r, fetched(r), loop_ms(r)) for r in runs)
               if b and e is not None]  # fmt: skip
-    if len({(round(x[1], 6), round(x[2], 6)) for x, _ in points}) < 3:
-        return None
     x = np.array([p for p, _ in points])
-    if np.linalg.matrix_rank(x) < 3:
+    if len(points) < 3 or np.linalg.matrix_rank(x) < 3:
         return None
     (a, per_fetch, per_poll), *_ = np.linalg.lstsq(x, np.array([e for _, e in points]), rcond=None)
     return Fit(float(a), float(per_fetch), float(per_poll), len(points))
@@ -95,7 +99,8 @@ def _arm_rows(runs: Sequence[Row], arms: Mapping[str, Any]) -> list[list[str]]:
     for arm in _arms(runs):
         mine = [r for r in runs if r["arm"] == arm]
         p99s = spread_of(mine, p99)
-        within = f"{sum(1 for r in mine if (p99(r) or 1e9) <= BUDGET_MS)} of {len(mine)}"
+        inside = sum(1 for v in map(p99, mine) if v is not None and v <= BUDGET_MS)
+        within = f"{inside} of {len(mine)}"
         rows.append([arm, _settings(arms.get(arm)),
                      str(len(mine)), ranged(spread_of(mine, fetched), lambda v: figure(v, 2)),
                      ranged(spread_of(mine, p50)), ranged(p99s), within,
@@ -107,7 +112,7 @@ def _arm_rows(runs: Sequence[Row], arms: Mapping[str, Any]) -> list[list[str]]:
 def _fit_lines(f: Fit | None, rate: float) -> list[str]:
     if f is None:
         return ["Too few distinct arms to fit the event loop's cost."]
-    polls = 1000.0 / Settings().fetch_max_wait_ms / rate
+    polls = idle_polls(SHIPPED_WAIT_MS, rate)
     on_broker = f.batch_for(LOOP_MS, polls)
     without = f.batch_for(LOOP_MS, 0.0)
 
@@ -120,7 +125,7 @@ def _fit_lines(f: Fit | None, rate: float) -> list[str]:
 
     return [f"Fitted over the {f.runs} runs, the event loop costs **{figure(f.per_message, 2)} "
             f"CPU-ms a message, {figure(f.per_fetch, 2)} a fetch and {figure(f.per_poll, 2)} a "
-            f"poll of the broker**. At the embedded broker's {Settings().fetch_max_wait_ms} ms "
+            f"poll of the broker**. At the embedded broker's {SHIPPED_WAIT_MS:g} ms "
             f"wait ({figure(polls, 1)} polls a message at {figure(rate)} msgs/s) "
             f"{reach(on_broker)}; with no idle polls (a broker that answers a fetch when data "
             f"arrives) {reach(without)}."]  # fmt: skip
