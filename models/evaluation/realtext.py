@@ -59,7 +59,8 @@ def rate(flags: Sequence[bool] | npt.NDArray[Any]) -> float:
     return float(arr.mean()) if arr.size else 0.0
 
 
-# Labels whose `nudge` and `block` thresholds the tuner moves together; obscene never acts.
+# Labels whose `nudge` and `block` thresholds the tuner moves together (a label the group limit
+# lifts gets its own: `_raise_for_groups`); obscene never acts.
 NUDGE_LABELS = ("toxicity", "insult", "sexual_explicit")
 BLOCK_LABELS = ("threat", "identity_attack", "self_harm", "severe_toxicity", "sexual_explicit")
 INSULT_BLOCK_FLOOR = 0.9  # an insult alone is blocked only when the model is sure
@@ -124,8 +125,8 @@ def tune(
     groups: Matrix | None = None,
     max_group_flag: float = 1.0,
 ) -> dict[str, Any]:
-    """The (nudge, block) pair and the grey zones of `HURTING_LABELS` that catch the most dev
-    toxic lines within the benign limits.
+    """The (nudge, block) pair, the labels raised above it for the group limit, and the grey
+    zones of `HURTING_LABELS` that catch the most dev toxic lines within the benign limits.
 
     Chosen on the real benign dev split only for the limits (flagged, blocked, reviewed) and on
     the real toxic dev split for what is caught; the test splits are never seen here. For each
@@ -137,34 +138,47 @@ def tune(
     `realdata.Line.family`) adds, per hurting label, how many lines of its own family are caught.
     `groups`, benign statements about identity groups, must be flagged at most `max_group_flag`
     (grey zones included): chat rarely talks about groups, so the chat limit alone would let a
-    table flag them freely.
+    table flag them freely. Where a pair flags more of them, `_raise_for_groups` raises the
+    thresholds of the labels that flag them (chiefly `identity_attack` and `toxicity`), not the
+    pair's: held to the pair alone, the shipped model tuned under this limit caught 10.9% of the
+    insults of the test split (63.7% with the raise; 71.7% at the shipped policy, tuned before
+    HatemojiBuild's lines joined the limit), because the labels that read talk about groups as
+    hate pushed every label's threshold to 0.998 (`python -m models.evaluation.group_limit`).
     """
     best: tuple[float, float, float, float] | None = None  # recall, blocked, nudge, block
-    grey_of: dict[tuple[float, float], dict[str, float]] = {}
+    chosen: dict[tuple[float, float], tuple[Table, dict[str, float]]] = {}
     tried = 0
     for nudge in GRID:
         for block in GRID:
             if block < nudge:
                 continue
             tried += 1
-            base = thresholds(nudge, block)
-            flagged, blocked = flag_block(benign, labels, base)
+            pair = thresholds(nudge, block)
+            flagged, blocked = flag_block(benign, labels, pair)
             if rate(flagged) > max_flag or rate(blocked) > max_block:
-                continue  # grey zones only add flags, never blocks
-            if groups is not None and rate(flag_block(groups, labels, base)[0]) > max_group_flag:
+                continue  # grey zones only add flags, never blocks; raising only removes them
+            lifted = (
+                pair
+                if groups is None
+                else _raise_for_groups(pair, toxic, groups, labels, max_group_flag)
+            )
+            if lifted is None:
                 continue
+            base: Table = lifted
             grey = _grey_zones(benign, toxic, labels, base, max_flag, groups, max_group_flag)
             table = _with_grey(base, {lb: (REVIEW, t) for lb, t in grey.items()})
             t_flagged, t_blocked = flag_block(toxic, labels, table)
             key = (rate(t_flagged), rate(t_blocked), nudge, block)
             if best is None or key > best:
-                best, grey_of[nudge, block] = key, grey
+                best, chosen[nudge, block] = key, (base, grey)
     if best is None:  # nothing meets the limits: the strictest pair, and say so
-        nudge, block, met, grey = GRID[-1], GRID[-1], False, {}
+        nudge, block, met = GRID[-1], GRID[-1], False
+        base, grey = thresholds(nudge, block), {}
     else:
         nudge, block, met = best[2], best[3], True
-        grey = grey_of[nudge, block]
-    base = thresholds(nudge, block)
+        base, grey = chosen[nudge, block]
+    pair = thresholds(nudge, block)
+    raised = {lb: min(v.values()) for lb, v in base.items() if dict(v) != pair.get(lb)}
     zones = _grey_actions(benign, labels, base, grey, max_review)
     table = _with_grey(base, zones)
     flagged, blocked = flag_block(benign, labels, table)
@@ -175,6 +189,7 @@ def tune(
         "block": block,
         "grey": _grey_report(benign, toxic, labels, table, zones, families),
         "no_grey": [lb for lb in HURTING_LABELS if lb in labels and lb not in zones],
+        "group_raised": raised,
         "table": {lb: dict(v) for lb, v in table.items()},
         "limits_met": met,
         "pairs_tried": tried,
@@ -200,6 +215,36 @@ def _with_grey(base: Table, zones: Mapping[str, tuple[str, float]]) -> dict[str,
     table = {lb: dict(v) for lb, v in base.items()}
     for label, (action, threshold) in zones.items():
         table.setdefault(label, {})[action] = threshold
+    return table
+
+
+def _raise_for_groups(
+    base: Table, toxic: Matrix, groups: Matrix, labels: Sequence[str], max_group_flag: float
+) -> Table | None:
+    """`base` with the fewest toxic lines given up to flag at most `max_group_flag` of `groups`
+    (None when no table of the grid can): greedy, each step lifts one label's thresholds to the
+    lowest grid point that unflags a group line, the label that unflags the most group lines per
+    toxic line it unflags (one that unflags no toxic line first, then the larger gain). A label
+    that does not flag talk about groups keeps the pair's thresholds."""
+    table = {lb: dict(v) for lb, v in base.items()}
+    limit = max_group_flag * len(groups)
+    grp, tox = flag_block(groups, labels, table)[0], flag_block(toxic, labels, table)[0]
+    while grp.sum() > limit:
+        move: tuple[float, int, dict[str, dict[str, float]]] | None = None  # ratio, gain, table
+        for label, acts in table.items():
+            for point in (t for t in GRID if t > min(acts.values())):
+                lifted = {**table, label: {a: max(t, point) for a, t in acts.items()}}
+                g, t = flag_block(groups, labels, lifted)[0], flag_block(toxic, labels, lifted)[0]
+                gain, cost = int(grp.sum() - g.sum()), int(tox.sum() - t.sum())
+                if gain > 0:
+                    key = (gain / cost if cost else np.inf, gain)
+                    if move is None or key > move[:2]:
+                        move = (*key, lifted)
+                    break
+        if move is None:
+            return None
+        table = move[2]
+        grp, tox = flag_block(groups, labels, table)[0], flag_block(toxic, labels, table)[0]
     return table
 
 

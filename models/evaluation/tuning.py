@@ -9,10 +9,13 @@ to `review` or `nudge`. The limits sit below the issue's targets (1%, of which r
 blocked) so that a test split, which the tuner never sees, has room for sampling noise.
 
 The toxic dev lines are the web snippets and insult comments plus the labelled research data's
-hateful and threatening lines (`realdata.LABELLED`); ToxiGen's neutral statements about groups
-are held to their own limit, `MAX_GROUP_FLAG`: issue 27's target itself (5%). Their dev split is
-64 lines, so a tighter limit (3% was tried) allows one flagged line and pushed every threshold to
-0.995, where a fifth of the toxic dev lines were caught.
+hateful and threatening lines (`realdata.LABELLED`); the neutral statements about groups
+(`realdata.GROUP_NEUTRAL`: ToxiGen's, and HatemojiBuild's not-hateful posts in a pair aimed at
+a group) are held to their own limit, `MAX_GROUP_FLAG`: issue 27's target itself (5%). Where
+the pair flags more of them, only the labels that flag them are lifted above it
+(`realtext.tune`), so a model that reads talk about groups as hate loses hate recall, not
+insults. With ToxiGen's 64 dev lines alone, a tighter limit (3% was tried) allowed one flagged
+line and pushed every threshold to 0.995, where a fifth of the toxic dev lines were caught.
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ def header(result: Mapping[str, Any], model: str) -> str:
     wrap = functools.partial(textwrap.fill, width=96, break_on_hyphens=False)
     lines = [wrap(generated, initial_indent="# ", subsequent_indent="# ")]
     lines += [
-        wrap(line, initial_indent="# - ", subsequent_indent="#   ") for line in grey_lines(result)
+        wrap(line, initial_indent="# - ", subsequent_indent="#   ")
+        for line in [*grey_lines(result), *raised_lines(result)]
     ]
     lines.append("# models/REPORT.md has the test-split figures.")
     return HEADER + "\n".join(lines) + "\n"
@@ -190,6 +194,16 @@ def grey_lines(result: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def raised_lines(result: Mapping[str, Any]) -> list[str]:
+    """One line per label the group limit lifted above the (nudge, block) pair."""
+    return [
+        f"{label}: no threshold below {floor:g} (the pair's would flag more than"
+        f" {result['max_group_flag']:.0%} of the neutral statements about groups; dev:"
+        f" {result['dev_group_flag_rate']:.1%} flagged)"
+        for label, floor in result.get("group_raised", {}).items()
+    ]
+
+
 def summary(result: Mapping[str, Any]) -> list[str]:
     """What tuning chose, for the build's output."""
     return [
@@ -201,6 +215,7 @@ def summary(result: Mapping[str, Any]) -> list[str]:
         f" caught {result['dev_toxic_recall']:.1%}, reviewed {result['dev_toxic_reviewed']:.1%},"
         f" blocked {result['dev_toxic_blocked']:.1%}",
         *grey_lines(result),
+        *raised_lines(result),
         *(
             [
                 f"windows_raise {result['windows_raise']:g}: long benign dev messages flagged"

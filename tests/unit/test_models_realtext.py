@@ -207,6 +207,30 @@ def test_tune_gives_the_hurting_labels_grey_zones_within_the_benign_limits() -> 
     assert acts == ["review"] * 5 + ["nudge"] * 5
 
 
+def test_the_group_limit_lifts_the_label_that_flags_group_talk_not_the_pair() -> None:
+    col = {label: LABELS.index(label) for label in LABELS}
+    benign = np.zeros((1000, len(LABELS)), np.float32)
+    toxic = np.zeros((10, len(LABELS)), np.float32)
+    toxic[0:5, col["insult"]] = 0.8  # caught by any nudge threshold up to 0.8
+    toxic[5:10, col["toxicity"]] = 0.96
+    groups = np.zeros((20, len(LABELS)), np.float32)
+    groups[:, col["toxicity"]] = 0.8  # talk about groups read as toxic, never as an insult
+    got = realtext.tune(benign, toxic, LABELS, max_flag=0.01, max_block=0.001, max_review=0.004,
+                        groups=groups, max_group_flag=0.05)  # fmt: skip
+    assert got["limits_met"]
+    assert got["dev_group_flag_rate"] == 0.0
+    assert got["group_raised"] == {"toxicity": 0.85}  # the lowest point that unflags them
+    assert got["table"]["toxicity"]["nudge"] == 0.85
+    assert got["table"]["insult"]["nudge"] == got["nudge"] <= 0.8  # the pair's, insults caught
+    assert got["dev_toxic_recall"] == 1.0
+    # No label can be lifted out of group talk it reads as surely as the toxic lines: no table.
+    groups[:, col["toxicity"]] = 0.999
+    toxic[:, col["toxicity"]] = 0.999
+    strict = realtext.tune(benign, toxic, LABELS, max_flag=0.01, max_block=0.001,
+                           max_review=0.004, groups=groups, max_group_flag=0.05)  # fmt: skip
+    assert not strict["limits_met"]
+
+
 def test_tune_sends_nothing_to_review_when_the_review_limit_is_zero() -> None:
     threat = LABELS.index("threat")
     benign = np.zeros((1000, len(LABELS)), np.float32)

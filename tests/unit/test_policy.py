@@ -172,6 +172,18 @@ def test_the_tuner_writes_a_policy_it_reads_back(tmp_path: Path) -> None:
     assert tuning.read_thresholds(path) == (8, table)
 
 
+def test_the_policy_header_says_which_labels_the_group_limit_lifted() -> None:
+    from models.evaluation import tuning
+
+    result = {"group_raised": {"toxicity": 0.99}, "max_group_flag": 0.05,
+              "dev_group_flag_rate": 0.049}  # fmt: skip
+    assert tuning.raised_lines(result) == [
+        "toxicity: no threshold below 0.99 (the pair's would flag more than 5% of the neutral"
+        " statements about groups; dev: 4.9% flagged)"
+    ]
+    assert tuning.raised_lines({}) == []
+
+
 def test_the_smallest_raise_within_the_long_message_limit_is_chosen() -> None:
     from models.evaluation import long_text
 
