@@ -3,8 +3,9 @@
 The build tunes the default policy with at most `tuning.MAX_GROUP_FLAG` of the neutral statements
 about groups flagged. Since the stance sources joined, those are ToxiGen's neutral statements and
 HatemojiBuild's not-hateful posts whose pair names a group (`realdata.GROUP_NEUTRAL`), 593 dev
-lines where ToxiGen alone gave 64. A model that cannot tell the two stances apart then gets its
-thresholds pushed up for every label, and catches less of everything. This prints, for one
+lines where ToxiGen alone gave 64. A model that cannot tell the two stances apart then gets the
+thresholds of the labels that flag such talk lifted (`realtext.tune`; until 2026-12-02 every
+label's), and catches less hate. This prints, for one
 model's int8 dev scores, the thresholds and dev figures under the limit over every group-neutral
 line (as the build), over ToxiGen's only (as before the stance sources) and with none, so two
 models are compared under the same limit rather than each under its own: give `--model` once per

@@ -132,7 +132,7 @@ SBIC_AT = 0.5
 # teach that casual rude tweet register is an insult (the docstring above).
 FAMILY_CAPS = {("davidson", "offensive"): 0, ("hatexplain", "offensive"): 0}
 # Labelled lines the teachers' distillation refines, never below the annotators' target.
-# HatemojiBuild's "not hate" says only that a post attacks no protected group: half its
+# HatemojiBuild's "not hate" says only that a post attacks no protected group: about half its
 # perturbations move the attack to someone else ("fuck off you dirty little 💩", "👮🏼 oh fuck
 # off you 🐷"), so their other labels are the teachers' as for unlabelled text (139 of
 # its 1,514 not-hateful train posts get a rude target; trained all-0 and seen CONTRAST_REPEAT
