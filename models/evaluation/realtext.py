@@ -233,9 +233,9 @@ def _raise_for_groups(
         move: tuple[float, int, dict[str, dict[str, float]]] | None = None  # ratio, gain, table
         for label, acts in table.items():
             for point in (t for t in GRID if t > min(acts.values())):
-                lifted = {**table, label: {a: max(t, point) for a, t in acts.items()}}
-                g, t = flag_block(groups, labels, lifted)[0], flag_block(toxic, labels, lifted)[0]
-                gain, cost = int(grp.sum() - g.sum()), int(tox.sum() - t.sum())
+                lifted = {**table, label: {a: max(v, point) for a, v in acts.items()}}
+                now = flag_block(groups, labels, lifted)[0], flag_block(toxic, labels, lifted)[0]
+                gain, cost = int(grp.sum() - now[0].sum()), int(tox.sum() - now[1].sum())
                 if gain > 0:
                     key = (gain / cost if cost else np.inf, gain)
                     if move is None or key > move[:2]:
