@@ -132,18 +132,7 @@ SBIC_AT = 0.5
 # teach that casual rude tweet register is an insult (the docstring above).
 FAMILY_CAPS = {("davidson", "offensive"): 0, ("hatexplain", "offensive"): 0}
 # Labelled lines the teachers' distillation refines, never below the annotators' target.
-# HatemojiBuild's "not hate" says only that a post attacks no protected group: about half its
-# perturbations move the attack to someone else ("fuck off you dirty little 💩", "👮🏼 oh fuck
-# off you 🐷"), so their other labels are the teachers' as for unlabelled text (139 of
-# its 1,514 not-hateful train posts get a rude target; trained all-0 and seen CONTRAST_REPEAT
-# times, they taught that insults and threats at a person are chat).
-DISTIL_FAMILIES = {("davidson", "hate"), ("hatemoji", "neutral"), ("hatemoji", "not_hate")}
-# The labels the annotators decided for a distilled family: the teachers' value is not taken
-# there, and `toxicity` follows the other hostile labels (`decided`).
-DECIDED = {
-    ("hatemoji", "neutral"): ("identity_attack",),
-    ("hatemoji", "not_hate"): ("identity_attack",),
-}
+DISTIL_FAMILIES = {("davidson", "hate")}
 # A published test set is judged on, never tuned on: every line is test.
 TEST_ONLY_SHARES = {"train": 0.0, "dev": 0.0}
 # ETHOS's threats are most of the real threats there are: a tenth tunes, the rest makes the
@@ -312,8 +301,7 @@ def _hatemoji(rows: Sequence[tuple[str, str, str, str, str]]) -> list[Line]:
         split = split_of(f"hatemoji pair {pair}")
         if label != HATE:
             family = "neutral" if pair in aimed else "not_hate"
-            target = _target(obscene=_obscene(text))  # the rest distilled (DISTIL_FAMILIES)
-            out.append(Line(text, "hatemoji", split, False, family, target))
+            out.append(Line(text, "hatemoji", split, False, family, _target()))
             continue
         threat = kind == "threateninglanguage"
         scores = {"identity_attack": 1.0, "toxicity": 1.0, "obscene": _obscene(text)}
@@ -533,19 +521,6 @@ def _distil(
     return out
 
 
-def decided(soft: npt.NDArray[np.float32], labels: Collection[str]) -> npt.NDArray[np.float32]:
-    """A distilled target row with the teachers' value of `labels` (the annotators' to decide)
-    dropped, and `toxicity` again the highest of the hostile labels left, as `_distil` makes it."""
-    if not labels:
-        return soft
-    out = soft.copy()
-    for label in labels:
-        out[corpus.LABELS.index(label)] = 0.0
-    hostile = [corpus.LABELS.index(lb) for lb in DISTILLED if lb != "toxicity"]
-    out[corpus.LABELS.index("toxicity")] = out[hostile].max()
-    return out
-
-
 def training_lines(
     lines: Sequence[Line],
     teachers: Sequence[Any] = (),
@@ -602,9 +577,8 @@ def training_lines(
         threat = corpus.LABELS.index("threat")
         for row, i in enumerate(idx):
             floor = train[i].target
-            refined = decided(soft[row], DECIDED.get((train[i].source, train[i].family), ()))
             targets[i] = tuple(
-                round(max(float(v), f), 4) for v, f in zip(refined, floor, strict=True)
+                round(max(float(v), f), 4) for v, f in zip(soft[row], floor, strict=True)
             )
             if train[i].source == "movie_dialog" and jig[row, threat] >= FILM_THREAT_AT:
                 film_threats.add(i)

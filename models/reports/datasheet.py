@@ -30,9 +30,8 @@ USE = {
     "openai_moderation": "test only: a published evaluation set, never trained or tuned on",
     "stormfront": "dev (hate in the recall pool) and test only: never trained on (CC BY-SA;"
     " whether ShareAlike reaches trained weights is left to a decision)",
-    "hatemoji": "train (hate 1, threats also `threat` 1; not hate: `identity_attack` 0, the"
-    " other labels distilled by the teachers, as a flipped post may attack someone else), dev"
-    " (hate and threats in the recall pool; the not-hateful half of a pair whose"
+    "hatemoji": "train (hate 1, threats also `threat` 1; not hate 0, the flipped half of each"
+    " pair), dev (hate and threats in the recall pool; the not-hateful half of a pair whose"
     " hateful half names a group, `neutral`, held to the group flag limit), test (reported"
     " apart); split by pair, never by line",
     "hatexplain": "train (hatespeech: `identity_attack` and `toxicity` 1; normal: 0;"

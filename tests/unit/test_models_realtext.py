@@ -132,20 +132,6 @@ def test_distilled_targets_need_both_teachers_and_ignore_swearing() -> None:
     assert out[:, LABELS.index("self_harm")].tolist() == [0.0, 0.0]  # nobody covers it
 
 
-def test_a_not_hateful_emoji_post_takes_the_teachers_targets_but_never_their_hate() -> None:
-    jig_labels = ("toxic", "severe_toxic", "obscene", "threat", "insult", "identity_hate")
-    jig = _Teacher("jigsaw_bilstm", jig_labels, [[0.99, 0.1, 0.99, 0.0, 0.9, 0.8]])
-    prof = _Teacher("profanity_check", ("profanity",), [[0.9]])
-    text = "fuck off you dirty little rat"  # HatemojiBuild: not hate, an insult at someone
-    line = realdata.Line(text, "hatemoji", "train", False, "neutral", (0.0,) * len(LABELS))
-    got = dict(realdata.training_lines([line], [jig, prof]))[text]
-    col = {label: LABELS.index(label) for label in LABELS}
-    assert got[col["insult"]] == pytest.approx(0.81)  # both teachers call it an insult
-    assert got[col["identity_attack"]] == 0.0  # the annotators said: no attack on a group
-    assert got[col["toxicity"]] == pytest.approx(0.81)  # the insult, not the dropped hate
-    assert got[col["obscene"]] == 1.0
-
-
 def test_teacher_mapping_marks_uncovered_labels_nan_not_zero() -> None:
     prof = _Teacher("profanity_check", ("profanity",), [[0.7]])
     m = teachers.mapped(prof, prof.score(None))
