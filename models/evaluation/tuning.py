@@ -13,9 +13,10 @@ hateful and threatening lines (`realdata.LABELLED`); the neutral statements abou
 (`realdata.GROUP_NEUTRAL`: ToxiGen's, and HatemojiBuild's not-hateful posts in a pair aimed at
 a group) are held to their own limit, `MAX_GROUP_FLAG`: issue 27's target itself (5%). Where
 the pair flags more of them, only the labels that flag them are lifted above it
-(`realtext.tune`), so a model that reads talk about groups as hate loses hate recall, not
-insults. With ToxiGen's 64 dev lines alone, a tighter limit (3% was tried) allowed one flagged
-line and pushed every threshold to 0.995, where a fifth of the toxic dev lines were caught.
+(`realtext.tune`), so a model that reads talk about groups as hate loses recall on the labels
+that read it so (for the shipped model `identity_attack` and `toxicity`), not on every label.
+With ToxiGen's 64 dev lines alone, a tighter limit (3% was tried) allowed one flagged line and
+pushed every threshold to 0.995, where a fifth of the toxic dev lines were caught.
 """
 
 from __future__ import annotations
