@@ -230,21 +230,23 @@ def _raise_for_groups(
     limit = max_group_flag * len(groups)
     grp, tox = flag_block(groups, labels, table)[0], flag_block(toxic, labels, table)[0]
     while grp.sum() > limit:
-        move: tuple[float, int, dict[str, dict[str, float]]] | None = None  # ratio, gain, table
+        # (ratio, gain, table, its group flags, its toxic flags)
+        move: tuple[float, int, dict[str, dict[str, float]], Any, Any] | None = None
         for label, acts in table.items():
-            for point in (t for t in GRID if t > min(acts.values())):
+            floor = min(acts.values())
+            for point in (t for t in GRID if t > floor):
                 lifted = {**table, label: {a: max(v, point) for a, v in acts.items()}}
-                now = flag_block(groups, labels, lifted)[0], flag_block(toxic, labels, lifted)[0]
-                gain, cost = int(grp.sum() - now[0].sum()), int(tox.sum() - now[1].sum())
+                on_grp = flag_block(groups, labels, lifted)[0]
+                on_tox = flag_block(toxic, labels, lifted)[0]
+                gain, cost = int(grp.sum() - on_grp.sum()), int(tox.sum() - on_tox.sum())
                 if gain > 0:
                     key = (gain / cost if cost else np.inf, gain)
                     if move is None or key > move[:2]:
-                        move = (*key, lifted)
+                        move = (*key, lifted, on_grp, on_tox)
                     break
         if move is None:
             return None
-        table = move[2]
-        grp, tox = flag_block(groups, labels, table)[0], flag_block(toxic, labels, table)[0]
+        table, grp, tox = move[2:]
     return table
 
 
