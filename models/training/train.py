@@ -201,10 +201,13 @@ def train_finetune(
     cfg: TrainConfig,
     progress: Callable[[str], None],
     checkpoint: Checkpoint | None = None,
+    after_epoch: Callable[[int, Any], None] | None = None,
 ) -> Any:
     """Candidate 2: fine-tune the encoder (word embeddings frozen) with the head; with a
     `checkpoint`, resumed from the state an earlier run of the same recipe and data left, and
-    saved as it goes (models/training/resume.py)."""
+    saved as it goes (models/training/resume.py). `after_epoch(epoch, module)` is called after
+    each epoch (the module in train mode again after it), for a caller that judges the epochs
+    on its own dev lines."""
     import torch
 
     _seed_everything(cfg.seed)
@@ -286,6 +289,8 @@ def train_finetune(
             if checkpoint is not None and checkpoint.due():
                 checkpoint.save(snapshot(epoch, batch + 1, epoch_rng))
         logger.info("epoch %d done after %.0fs", epoch + 1, time.perf_counter() - start)
+        if after_epoch is not None:
+            after_epoch(epoch + 1, module)
     if checkpoint is not None:  # trained: run again, it goes straight past (the caller ends it)
         checkpoint.save(snapshot(cfg.epochs, 0, rng.getstate()))
     return module.eval()
