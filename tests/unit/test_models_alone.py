@@ -74,3 +74,29 @@ def test_judge_reads_the_threshold_on_dev_and_counts_the_test_lines_by_it() -> N
     assert "AUC 0.500" in got  # 0.95 above 0.85, 0.5 below it
     assert got[2].startswith("caught 50.0%")
     assert got[3].startswith("negatives flagged 0.0%")
+
+
+def test_hatemoji_also_reports_the_threshold_that_holds_its_group_lines_to_five_percent() -> None:
+    lines = [
+        _line("dev hate", "hatemoji", "dev", "hate", True),
+        *(_line(f"dev neutral {i}", "hatemoji", "dev", "neutral") for i in range(20)),
+        _line("dev other", "hatemoji", "dev", "not_hate"),
+        _line("test hate 1", "hatemoji", "test", "hate", True),
+        _line("test hate 2", "hatemoji", "test", "hate", True),
+        _line("test neutral", "hatemoji", "test", "neutral"),
+        _line("test other", "hatemoji", "test", "not_hate"),
+    ]
+    scores = {"dev hate": 0.99, "dev other": 0.999, "test hate 1": 0.97, "test hate 2": 0.5}
+    scores.update({f"dev neutral {i}": i / 20 for i in range(20)})  # 0.0 .. 0.95
+    scores.update({"test neutral": 0.9, "test other": 0.96})
+
+    def score(pool: Sequence[Line]) -> np.ndarray:
+        return np.asarray([scores[ln.text] for ln in pool])
+
+    got = judge(TASKS["hatemoji"], lines, score)
+    # one of the 20 dev neutral lines may be flagged: 0.95; the not-hateful one is not held
+    held = got.index("at 0.9500, the lowest with 20 dev lines held to 5%:")
+    assert got[held + 1].startswith("  F1 0.500")  # one of two caught, one of two flagged
+    assert got[held + 2].startswith("  caught 50.0%")
+    assert got[held + 3].startswith("  negatives flagged 50.0%")
+    assert got[held + 4].startswith("  of them in test (1) flagged 0.0%")
